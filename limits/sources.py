@@ -1,0 +1,231 @@
+"""Model sources: a model plus its tokenizer, corpus windows and raw attention-logit rows.
+
+- :func:`load_model` gives a :class:`Model` from ``"tiny"`` (the project's own small GPT-2
+  trained on *War and Peace*, shipped in ``limits/assets/tiny/``; the default of every
+  experiment), a GPT-2 name resolved from the local Hugging Face cache (``gpt2``,
+  ``gpt2-medium``, ...) or a checkpoint directory.
+- :func:`corpus_windows` cuts the tokenized corpus into consecutive non-overlapping L-token
+  windows from the start of the body (AMBIG-6).
+- :func:`model_logit_rows` returns the raw q·k attention logits of every layer, head and query
+  with the causal mask (AMBIG-12: the model's own temperature on this scale is √d_head, 8 for
+  GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from limits import data as data_lib
+from limits.errors import LimitsError, check
+
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+TINY_DIR = ASSETS_DIR / "tiny"
+DEFAULT_MODEL = "tiny"
+MODEL_HELP = ("'tiny' (the project's embedded GPT-2-architecture model trained on War and "
+              "Peace), a GPT-2 name from the local Hugging Face cache (gpt2, gpt2-medium, ...) "
+              "or a checkpoint directory (config.json + model.safetensors + tokenizer)")
+
+
+@dataclasses.dataclass
+class Model:
+  """A loaded GPT-2-architecture model with its tokenizer.
+
+  Attributes:
+    name: the spec it was loaded from (``"tiny"``, ``"gpt2"``, or the path given).
+    config: ``limits.gpt2.Config``.
+    params: the stacked parameter pytree (``limits.gpt2.load``).
+    tokenizer: ``limits.gpt2.tokenizer.Tokenizer``.
+    path: the directory the checkpoint was read from.
+  """
+  name: str
+  config: Any
+  params: Any
+  tokenizer: Any
+  path: Path
+
+  @property
+  def native_temperature(self) -> float:
+    """The model's own temperature on the raw q·k scale: √d_head (AMBIG-12)."""
+    return float(np.sqrt(self.config.d_head))
+
+  def info(self) -> dict:
+    """A small JSON-able description for results.json."""
+    c = self.config
+    return {"name": self.name, "path": str(self.path), "n_layer": c.n_layer, "n_head": c.n_head,
+            "n_embd": c.n_embd, "d_head": c.d_head, "n_positions": c.n_positions,
+            "vocab_size": c.vocab_size}
+
+
+def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
+  """The checkpoint directory a model spec refers to (no network)."""
+  check(isinstance(spec, (str, os.PathLike)) and str(spec).strip() != "",
+        f"--model={spec!r} is empty; give {MODEL_HELP}")
+  if str(spec) == "tiny":
+    check((TINY_DIR / "model.safetensors").is_file(),
+          f"the embedded model is missing from {TINY_DIR}; reinstall limits or rebuild it with "
+          "`python -m experiments.train_tiny --out_dir=limits/assets/tiny`")
+    return TINY_DIR
+  from limits.gpt2 import checkpoint
+
+  try:
+    resolved = checkpoint.resolve(spec)
+  except LimitsError as e:
+    raise LimitsError(f"unknown model --model={str(spec)!r}: {e}") from None
+  return resolved if resolved.is_dir() else resolved.parent
+
+
+def load_model(spec: str | os.PathLike = DEFAULT_MODEL) -> Model:
+  """Loads a model and its tokenizer; every failure is a one-line LimitsError.
+
+  Args:
+    spec: ``"tiny"`` (default), a GPT-2 name in the local HF cache, or a directory holding
+      ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (or ``vocab.json`` +
+      ``merges.txt``).
+  """
+  from limits import gpt2
+  from limits.gpt2 import tokenizer as tokenizer_lib
+
+  directory = resolve_model_dir(spec)
+  config, params = gpt2.load(directory)
+  has_tok = (directory / "tokenizer.json").is_file() or (
+      (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file())
+  check(has_tok, f"model {str(spec)!r} at {directory} has no tokenizer (tokenizer.json, or "
+        "vocab.json + merges.txt)")
+  tok = tokenizer_lib.load_tokenizer(directory)
+  check(tok.vocab_size <= config.vocab_size,
+        f"model {str(spec)!r}: tokenizer has {tok.vocab_size} tokens but the model only "
+        f"{config.vocab_size}")
+  return Model(name=str(spec), config=config, params=params, tokenizer=tok, path=directory)
+
+
+# --------------------------------------------------------------------------------------------
+# Corpus tokens.
+
+_TOKEN_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def encode_corpus(model: Model, corpus: data_lib.Corpus) -> np.ndarray:
+  """The whole corpus tokenized with the model's tokenizer, int32 (memoized per model/corpus)."""
+  key = (str(model.path), model.name, model.tokenizer.vocab_size, corpus.sha256)
+  tokens = _TOKEN_CACHE.get(key)
+  if tokens is None:
+    tokens = np.asarray(model.tokenizer.encode(corpus.text), dtype=np.int32)
+    if len(_TOKEN_CACHE) > 8:
+      _TOKEN_CACHE.clear()
+    _TOKEN_CACHE[key] = tokens
+  return tokens
+
+
+def _check_length(model: Model, length) -> int:
+  check(isinstance(length, (int, np.integer)) and not isinstance(length, bool) and length >= 1,
+        f"window length L={length!r} must be a positive integer")
+  check(length <= model.config.n_positions,
+        f"window length L={length} exceeds the context of model {model.name!r} "
+        f"(n_positions={model.config.n_positions})")
+  return int(length)
+
+
+def corpus_windows(model: Model, length: int, windows: int, *,
+                   text: str | os.PathLike | None = None,
+                   data_dir: str | os.PathLike | None = None,
+                   allow_download: bool | None = None) -> np.ndarray:
+  """Consecutive non-overlapping L-token windows from the start of the corpus body (AMBIG-6).
+
+  Args:
+    model: from :func:`load_model`; its tokenizer encodes the corpus.
+    length: L, at most the model's context ``n_positions``.
+    windows: how many windows.
+    text: a text file overriding the corpus (``--text``).
+    data_dir: overrides ``$LIMITS_DATA_DIR`` (``--data_dir``).
+    allow_download: see :func:`limits.data.resolve_corpus` (off unless asked).
+
+  Returns:
+    int32 ``(windows, length)``; window w is tokens ``[w·L, (w+1)·L)`` of the encoded body.
+  """
+  length = _check_length(model, length)
+  check(isinstance(windows, (int, np.integer)) and not isinstance(windows, bool) and windows >= 1,
+        f"number of windows {windows!r} must be a positive integer")
+  corpus = data_lib.resolve_corpus(text=text, data_dir=data_dir, allow_download=allow_download)
+  tokens = encode_corpus(model, corpus)
+  check(tokens.size >= length * windows,
+        f"corpus {str(corpus.path)!r} has {tokens.size} tokens; {windows} windows of L={length} "
+        f"need {length * windows}; use fewer windows or a shorter L")
+  return data_lib.chunk(tokens, length, windows)
+
+
+# --------------------------------------------------------------------------------------------
+# Raw attention logits.
+
+def _scores_only(rec):
+  """record_fn for gpt2.forward: keep only the raw q·k scores (B, H, L, L) of a layer."""
+  return rec.scores
+
+
+def causal_mask(length: int) -> np.ndarray:
+  """(L, L) bool, True = visible: query t (0-based) sees keys 0..t."""
+  return np.tril(np.ones((length, length), dtype=bool))
+
+
+def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
+                     text: str | os.PathLike | None = None,
+                     data_dir: str | os.PathLike | None = None,
+                     allow_download: bool | None = None):
+  """Raw q·k attention logits of every (window, layer, head, query), with the causal mask.
+
+  Each row is one query's logits ``l_j = q·k_j`` over the L keys of its window, on the raw
+  scale (AMBIG-12: divide by T; the model's own T is √d_head). Masked (future) entries are set
+  to 0 and marked False in ``mask``; query t (0-based) has t+1 visible entries.
+
+  Returns:
+    rows: float32 ``(R, L)``, R = windows · n_kept_layers · n_head · L, ordered by window, then
+      layer, then head, then query.
+    mask: bool ``(R, L)``, True = visible.
+    meta: dict of int32 ``(R,)`` arrays ``window``, ``layer``, ``head``, ``query``, ``n_visible``,
+      plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
+      ``native_temperature`` (√d_head).
+  """
+  from limits import gpt2
+
+  tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
+                          allow_download=allow_download)
+  c = model.config
+  kept = _kept_layers(layers, c.n_layer)
+  n_kept, h, l = len(kept), c.n_head, int(length)
+  per_window = n_kept * h * l
+  rows = np.empty((tokens.shape[0] * per_window, l), dtype=np.float32)
+  vis = causal_mask(l)
+  for w in range(tokens.shape[0]):
+    out = gpt2.forward(model.params, tokens[w:w + 1], c, lm_head=False, layers=kept,
+                       record_fn=_scores_only)
+    scores = np.asarray(out.attn, dtype=np.float32)  # (n_kept, 1, H, L, L)
+    scores = np.where(vis, scores, np.float32(0.0))
+    rows[w * per_window:(w + 1) * per_window] = scores.reshape(per_window, l)
+  mask = np.broadcast_to(vis, (tokens.shape[0] * n_kept * h, l, l)).reshape(-1, l)
+  grid = np.meshgrid(np.arange(tokens.shape[0]), np.asarray(kept), np.arange(h), np.arange(l),
+                     indexing="ij")
+  window_i, layer_i, head_i, query_i = (g.reshape(-1).astype(np.int32) for g in grid)
+  meta = {"window": window_i, "layer": layer_i, "head": head_i, "query": query_i,
+          "n_visible": query_i + 1, "tokens": tokens, "layers": tuple(kept),
+          "native_temperature": model.native_temperature}
+  return rows, np.ascontiguousarray(mask), meta
+
+
+def _kept_layers(layers, n_layer: int) -> tuple[int, ...]:
+  if layers is None:
+    return tuple(range(n_layer))
+  if isinstance(layers, (int, np.integer)) and not isinstance(layers, bool):
+    layers = (layers,)
+  out = set()
+  for i in layers:
+    check(isinstance(i, (int, np.integer)) and not isinstance(i, bool),
+          f"layer index {i!r} must be an integer")
+    j = int(i) + n_layer if i < 0 else int(i)
+    check(0 <= j < n_layer, f"layer index {i} out of range for n_layer={n_layer}")
+    out.add(j)
+  check(bool(out), "layers is empty; give at least one layer index")
+  return tuple(sorted(out))

@@ -1,0 +1,184 @@
+"""The paper's bounds: Lemma 1, Corollary 1, Lemma 2, Corollary 3 (paper form and tight form).
+
+- :func:`lemma1_constants` — Lemma 1: for a continuous positive F on [−a, a] and logits in
+  [−a, a], C1/L ≤ α_i ≤ C2/L with C2 = max F / min F and C1 = 1/C2 (PAPER.md §2, constants
+  RECON).
+- :func:`corollary1_band` — Corollary 1 (softmax): e^{−2Δ/T}/L ≤ α_i ≤ e^{2Δ/T}/L with
+  Δ = ‖q‖·max_i‖k_i‖ (AMBIG-2; the max makes it hold for every i).
+- :func:`lemma2_bound` — Lemma 2, second line, for a general F:
+  ‖∇α‖₂ ≤ (max|F'|/L)(1/min F + max F/(min F)²). :func:`softmax_lemma2_bound` is the same
+  bound for F = e^{l/T} written without under/overflow of F itself.
+- :func:`softmax_jacobian_bound` — Corollary 3 as printed, min{1/(4T), √2} (``form="paper"``),
+  and the tight spectral bound 1/(2T) (``form="tight"``).
+
+**The paper's form is not a bound on the spectral norm.** J = (diag α − ααᵀ)/T and
+vᵀ(diag α − ααᵀ)v = Var_α(v) ≤ (max v − min v)²/4 ≤ 1/2 for a unit v, so ‖J‖₂ ≤ 1/(2T), with
+equality for two tied top logits and everything else at zero weight (α = (½, ½, 0, …)): then
+‖J‖₂ = 1/(2T) > min{1/(4T), √2} for every T > 0. Only each *entry* of J is ≤ 1/(4T), and √2 (the
+diameter of the simplex) bounds finite differences ‖α(l + εv) − α(l)‖₂, i.e. g(T, ε) ≤ √2/ε,
+not the Jacobian. :func:`tied_top_two` builds the counterexample.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from limits import normalizers
+from limits.errors import LimitsError
+
+Array = jax.Array
+
+SQRT2 = math.sqrt(2.0)
+
+
+def _check_temperature(temperature) -> None:
+  normalizers._check_positive(temperature, "temperature")
+
+
+# ----------------------------------------------------------------------------- Lemma 1
+
+
+def lemma1_constants(F: Callable, a: float, grid: int = 4097) -> tuple[float, float]:
+  """Lemma 1's (C1, C2) for F on [−a, a]: C2 = max F / min F, C1 = 1/C2.
+
+  F is evaluated (float64) on a uniform grid of ``grid`` points including ±a, and each extremum
+  is then refined by bounded scalar minimisation between the neighbouring grid points, so a
+  monotone F is exact and a smooth non-monotone F is accurate to the optimiser's tolerance.
+  LimitsError if a < 0 or F is not finite and positive on the grid.
+  """
+  a = float(a)
+  if not (math.isfinite(a) and a >= 0):
+    raise LimitsError(f"a={a!r} is not allowed; the logit range [-a, a] needs a finite a >= 0")
+
+  def f(x):
+    return np.asarray(F(np.asarray(x, np.float64)), np.float64)
+
+  xs = np.linspace(-a, a, max(int(grid), 2))
+  ys = np.broadcast_to(f(xs), xs.shape)
+  if not np.all(np.isfinite(ys)) or not np.all(ys > 0):
+    raise LimitsError("F must be finite and positive on [-a, a] (Lemma 1's hypothesis)")
+  lo, hi = float(ys.min()), float(ys.max())
+  if a > 0:
+    from scipy.optimize import minimize_scalar
+
+    def refine(idx, sign):
+      left, right = xs[max(idx - 1, 0)], xs[min(idx + 1, len(xs) - 1)]
+      if right <= left:
+        return None
+      r = minimize_scalar(lambda x: sign * float(f(x)), bounds=(left, right), method="bounded",
+                          options={"xatol": 1e-12 * max(a, 1.0)})
+      return sign * float(r.fun) if r.success else None
+
+    v = refine(int(np.argmin(ys)), 1.0)
+    lo = min(lo, v) if v is not None and v > 0 else lo
+    v = refine(int(np.argmax(ys)), -1.0)
+    hi = max(hi, v) if v is not None else hi
+  C2 = hi / lo
+  return 1.0 / C2, C2
+
+
+# ----------------------------------------------------------------------------- Corollary 1
+
+
+def corollary1_band(q, k, temperature, mask=None) -> tuple[Array, Array]:
+  """Corollary 1's band for softmax(qᵀk_i / T): (e^{−2Δ/T}/L, e^{2Δ/T}/L), Δ = ‖q‖·max_i‖k_i‖.
+
+  q (..., d), k (..., L, d), optional mask (..., L); L = number of visible keys. Returns
+  (lower, upper), each (...,). Δ uses the max over visible keys (AMBIG-2) so the band holds for
+  every i. The upper end may be inf (a vacuous bound), never NaN.
+  """
+  _check_temperature(temperature)
+  q = jnp.asarray(q)
+  k = jnp.asarray(k)
+  knorm = jnp.linalg.norm(k, axis=-1)  # (..., L)
+  m = normalizers._mask_like(knorm, mask)
+  delta = jnp.linalg.norm(q, axis=-1) * jnp.max(jnp.where(m, knorm, 0), axis=-1)  # (...,)
+  n = jnp.maximum(normalizers.visible_count(m), 1).astype(knorm.dtype)
+  T = jnp.asarray(temperature, knorm.dtype)
+  return jnp.exp(-2 * delta / T) / n, jnp.exp(2 * delta / T) / n
+
+
+# ----------------------------------------------------------------------------- Lemma 2
+
+
+def lemma2_bound(F: Callable, dF: Callable, logits, mask=None) -> Array:
+  """Lemma 2's bound (max_j|F'_j|/L)·(1/min_j F_j + max_j F_j/(min_j F_j)²), per row (...,).
+
+  Maxima and minima run over the visible keys; L is their number. When min F underflows to 0
+  the bound is +inf (vacuous), never NaN. Proof: ‖diag(F')/S‖₂ ≤ max|F'|/(L min F) and
+  ‖F F'ᵀ‖₂/S² ≤ ‖F‖‖F'‖/S² ≤ max F max|F'|/(L (min F)²), with S ≥ L min F.
+  """
+  logits = jnp.asarray(logits)
+  m = normalizers._mask_like(logits, mask)
+  li = jnp.where(m, logits, 0)
+  f = F(li)
+  df = jnp.abs(dF(li))
+  fmin = jnp.min(jnp.where(m, f, jnp.inf), axis=-1)
+  fmax = jnp.max(jnp.where(m, f, 0), axis=-1)
+  dmax = jnp.max(jnp.where(m, df, 0), axis=-1)
+  n = jnp.maximum(normalizers.visible_count(m), 1).astype(f.dtype)
+  ok = fmin > 0
+  safe = jnp.where(ok, fmin, 1)
+  val = dmax / n * (1 / safe + fmax / safe**2)
+  return jnp.where(ok, val, jnp.inf)
+
+
+def softmax_lemma2_bound(logits, temperature, mask=None) -> Array:
+  """Lemma 2 for F = e^{l/T}: (e^{r/T} + e^{2r/T})/(T·L) with r = max l − min l (visible).
+
+  The same value as ``lemma2_bound(exp(l/T), exp(l/T)/T, l)`` (the bound is invariant to
+  scaling F), written so that it is finite whenever it is representable.
+  """
+  _check_temperature(temperature)
+  logits = jnp.asarray(logits)
+  m = normalizers._mask_like(logits, mask)
+  r = (jnp.max(jnp.where(m, logits, -jnp.inf), axis=-1)
+       - jnp.min(jnp.where(m, logits, jnp.inf), axis=-1))
+  r = jnp.where(jnp.isfinite(r), r, 0)
+  n = jnp.maximum(normalizers.visible_count(m), 1).astype(logits.dtype)
+  T = jnp.asarray(temperature, logits.dtype)
+  return (jnp.exp(r / T) + jnp.exp(2 * r / T)) / (T * n)
+
+
+# ----------------------------------------------------------------------------- Corollary 3
+
+
+def softmax_jacobian_bound(temperature, form: str = "paper") -> Array:
+  """Corollary 3: ``"paper"`` = min{1/(4T), √2} as printed; ``"tight"`` = 1/(2T).
+
+  Only the tight form bounds ‖∂softmax(l/T)/∂l‖₂ (see the module docstring); the paper form is
+  violated by :func:`tied_top_two` at every T.
+  """
+  _check_temperature(temperature)
+  T = jnp.asarray(temperature)
+  if not jnp.issubdtype(T.dtype, jnp.floating):
+    T = T.astype(jnp.result_type(float))
+  if form == "paper":
+    return jnp.minimum(1 / (4 * T), SQRT2)
+  if form == "tight":
+    return 1 / (2 * T)
+  raise LimitsError(f"form={form!r} is not allowed; use 'paper' or 'tight'")
+
+
+def simplex_fd_bound(eps) -> Array:
+  """√2/ε: g(T, ε) can never exceed it for a normalizer onto the simplex (its diameter is √2)."""
+  normalizers._check_positive(eps, "epsilon")
+  return SQRT2 / jnp.asarray(eps, jnp.result_type(float))
+
+
+def tied_top_two(length: int = 2, dtype=None) -> tuple[Array, Array]:
+  """The counterexample to 1/(4T): logits (length,) = 0 with only the first two keys visible.
+
+  softmax gives α = (½, ½, 0, …) at every T, and J = (diag α − ααᵀ)/T has eigenvalue 1/(2T)
+  on the direction (1, −1, 0, …)/√2: ‖J‖₂ = 1/(2T) exactly. Returns (logits, mask).
+  """
+  if length < 2:
+    raise LimitsError(f"length={length!r} is not allowed; the tied-top-two row needs length >= 2")
+  dtype = dtype or jnp.result_type(float)
+  mask = jnp.arange(length) < 2
+  return jnp.zeros((length,), dtype), mask

@@ -874,3 +874,179 @@ register(Experiment(
     name="toy", fn=_toy_fn, defaults={"x": 0.5, "n": 3}, static=("n",),
     default_grid={"x": [0.0, 0.5, 1.0, 2.0], "n": [1, 3]}, validate=_toy_validate,
     description="cheap deterministic + random cell, for tests"))
+
+
+# Tags folded into the run key for data shared by every cell of a run (common random numbers:
+# cells that differ only in T, epsilon or n see the same logits / weights / points).
+_LOGITS_TAG = 0x6C6F6769   # "logi"
+_ALPHA_TAG = 0x616C7068    # "alph"
+_POINTS_TAG = 0x706F696E   # "poin"
+
+
+def gradient_logits(run_key, rows: int, length: int, dtype=None):
+  """The synthetic logit rows of the ``gradient`` experiment: standard Gaussians (rows, length)
+  from ``fold_in(run_key, _LOGITS_TAG)``, shared by every cell of a run; cells scale them by
+  ``logit_scale``."""
+  import jax
+  import jax.numpy as jnp
+
+  dtype = dtype or jnp.result_type(float)
+  return jax.random.normal(jax.random.fold_in(run_key, _LOGITS_TAG), (rows, length), dtype)
+
+
+def _gradient_fn(static, params, keys, run_key):
+  """Gradient sensitivity (Corollary 3, Algorithm 5) on synthetic logit rows.
+
+  Per cell: logits = logit_scale * Z with Z (rows, length) shared by the run; the normalizer is
+  applied to logits / T (``normalizers.get(normalizer)``; for softmax this is Eq. 2). Results:
+  ``g_mean``/``g_max`` over rows of g(T, eps) = ||fn(l + eps v) - fn(l)|| / eps
+  (``jacobians.fd_sensitivity``, a fresh unit direction v per row from the cell's key), and
+  ``jac_norm_mean``/``jac_norm_max`` of the exact Jacobian's spectral norm (softmax: the closed
+  form (diag a - a a^T)/T, ``jacobians.softmax_closed_form``; others: ``jacobians.exact``).
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from limits import jacobians, normalizers
+
+  norm = normalizers.get(static["normalizer"])
+  T, eps, scale = params["temperature"], params["epsilon"], params["logit_scale"]  # (b,)
+  Z = gradient_logits(run_key, static["rows"], static["length"], T.dtype)  # (R, L)
+
+  def one(t, e, c, key):
+    logits = c * Z  # (R, L)
+    fn = lambda l: norm(l / t)
+    g = jacobians.fd_sensitivity(fn, logits, e, key)  # (R,)
+    if static["normalizer"] == "softmax":
+      J = jacobians.softmax_closed_form(logits, t)  # (R, L, L)
+    else:
+      J = jacobians.exact(fn, logits)
+    jn = jacobians.spectral_norm(J)  # (R,)
+    return {"g_mean": g.mean(), "g_max": g.max(), "jac_norm_mean": jn.mean(),
+            "jac_norm_max": jn.max()}
+
+  return jax.vmap(one)(T, eps, scale, keys)
+
+
+def _gradient_validate(cell):
+  from limits import normalizers
+
+  check(cell["normalizer"] in normalizers.NAMES,
+        f"normalizer={cell['normalizer']!r}; choose one of {', '.join(normalizers.NAMES)}")
+  check(cell["temperature"] > 0, f"temperature={cell['temperature']} must be > 0")
+  check(cell["epsilon"] > 0, f"epsilon={cell['epsilon']} must be > 0")
+  check(cell["logit_scale"] > 0, f"logit_scale={cell['logit_scale']} must be > 0")
+  check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
+  check(1 <= cell["rows"] <= 65536, f"rows={cell['rows']} must be in [1, 65536]")
+
+
+register(Experiment(
+    name="gradient", fn=_gradient_fn,
+    defaults={"temperature": 1.0, "epsilon": 1e-3, "logit_scale": 1.0, "normalizer": "softmax",
+              "length": 64, "rows": 128},
+    static=("length", "rows"),
+    # AMBIG-11: log grid 1e-3..1e2, 5 points per decade; the paper's three epsilons.
+    default_grid={"temperature": [float(t) for t in np.logspace(-3, 2, 26)],
+                  "epsilon": [1e-3, 1e-1, 10.0]},
+    validate=_gradient_validate,
+    description="g(T, eps) by finite differences and the exact Jacobian norm on random logits"))
+
+
+def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0, dtype=None):
+  """Weights (length,) of the ``separability_sphere`` experiment, from
+  ``fold_in(run_key, _ALPHA_TAG)``: "softmax" = softmax(g / T) of standard Gaussian logits g
+  (as ``separability.synthetic_alpha``, but T may be traced), "zipf" and "uniform" via
+  ``separability.synthetic_alpha``."""
+  import jax
+  import jax.numpy as jnp
+
+  from limits import separability
+
+  dtype = dtype or jnp.result_type(float)
+  key = jax.random.fold_in(run_key, _ALPHA_TAG)
+  if kind == "softmax":
+    g = jax.random.normal(key, (length,), dtype)
+    return jax.nn.softmax(g / temperature)
+  if kind == "zipf":
+    a = jnp.arange(1, length + 1, dtype=dtype) ** (-jnp.asarray(zipf_s, dtype))
+    a = jax.random.permutation(key, a)
+    return a / jnp.sum(a)
+  return separability.synthetic_alpha(kind, length, dtype=dtype)
+
+
+def separability_points_key(run_key):
+  """Key of the point sets: sample i uses ``fold_in(this, i)`` as ``separability.monte_carlo``
+  does, so a cell's Monte Carlo equals ``monte_carlo(separability_points_key(key), ...)``."""
+  import jax
+
+  return jax.random.fold_in(run_key, _POINTS_TAG)
+
+
+def _separability_fn(static, params, keys, run_key):
+  """Theorem 2 on the sphere (Algorithm 4 with synthetic embeddings).
+
+  Per cell: weights alpha (length,) of ``alpha_kind`` (temperature / zipf_s), ``samples`` point
+  sets x (length, dim) uniform on S^{dim-1}(M) (``separability.sphere_points``), and for each:
+  r, delta (``min_pairwise_distance``), N_s/N and both Theorem 2 bounds with that sample's r
+  and delta (``separability.row_stats``, the same formulas as ``theorem2_bounds``). Results:
+  ``frac_mean``, ``frac_stderr`` (of N_s/N over samples) and the sample means of r, delta and
+  the bounds (``lower`` clipped at 0, ``lower_raw`` not). Alpha and points are shared by all
+  cells of a run (common random numbers); the per-cell key is not used.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from limits import separability as sep
+
+  L, n, dim, S = static["length"], static["n"], static["dim"], static["samples"]
+  T, M, zs = params["temperature"], params["M"], params["zipf_s"]  # (b,)
+  b = T.shape[0]
+  pkey = separability_points_key(run_key)
+  itemsize = jnp.dtype(T.dtype).itemsize
+  chunk = int(max(1, min(S, (128 * 2**20) // max(1, b * itemsize * (2 * L * L + 3 * L * dim)))))
+
+  def one(t, m, z):
+    alpha = separability_alpha(static["alpha_kind"], run_key, L, t, z, T.dtype)[None]  # (1, L)
+    rank = sep.ranks(alpha)
+    visible = jnp.ones(alpha.shape, bool)
+
+    def sample(i):
+      x = sep.sphere_points(jax.random.fold_in(pkey, i), L, dim, m, alpha.dtype)  # (L, dim)
+      delta = sep.min_pairwise_distance(x)
+      dl = jnp.where(jnp.isfinite(delta), delta, 0)
+      st = sep.row_stats(alpha, rank, visible, x, n, m, dl)
+      return jnp.stack([st.frac[0], st.r[0], delta, st.lower[0], st.lower_raw[0], st.upper[0]])
+
+    out = jax.lax.map(sample, jnp.arange(S, dtype=jnp.int32), batch_size=chunk)  # (S, 6)
+    mean = out.mean(axis=0)
+    f = out[:, 0]
+    stderr = (jnp.sqrt(jnp.sum((f - mean[0]) ** 2) / (S - 1) / S) if S > 1
+              else jnp.asarray(jnp.inf, f.dtype))
+    return {"frac_mean": mean[0], "frac_stderr": stderr, "r_mean": mean[1],
+            "delta_mean": mean[2], "lower_mean": mean[3], "lower_raw_mean": mean[4],
+            "upper_mean": mean[5]}
+
+  return jax.vmap(one)(T, M, zs)
+
+
+def _separability_validate(cell):
+  kinds = ("softmax", "zipf", "uniform")
+  check(cell["alpha_kind"] in kinds, f"alpha_kind={cell['alpha_kind']!r}; choose from {kinds}")
+  check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
+  check(1 <= cell["n"] <= cell["length"], f"n={cell['n']} must be in [1, length={cell['length']}]")
+  check(1 <= cell["dim"] <= 4096, f"dim={cell['dim']} must be in [1, 4096]")
+  check(1 <= cell["samples"] <= 10**7, f"samples={cell['samples']} must be in [1, 1e7]")
+  check(cell["temperature"] > 0, f"temperature={cell['temperature']} must be > 0")
+  check(cell["M"] > 0, f"M={cell['M']} must be > 0")
+  check(cell["zipf_s"] >= 0, f"zipf_s={cell['zipf_s']} must be >= 0")
+
+
+register(Experiment(
+    name="separability_sphere", fn=_separability_fn,
+    defaults={"n": 8, "length": 128, "dim": 64, "samples": 200, "alpha_kind": "softmax",
+              "temperature": 1.0, "M": 1.0, "zipf_s": 1.0},
+    static=("n", "length", "dim", "samples"),
+    # AMBIG-10: N in powers of two, M = 1.
+    default_grid={"n": [1, 2, 4, 8, 16, 32, 64], "temperature": [0.1, 1.0]},
+    validate=_separability_validate,
+    description="Monte Carlo N_s/N on the sphere and the Theorem 2 bounds"))

@@ -323,6 +323,23 @@ def _err(a, b, tol) -> dict:
           "ok": ok}
 
 
+def compare_arrays(J, J_rev=None, J_closed=None, J_fd=None, *, fd_eps=None, exact_tol=None,
+                   fd_tol=None) -> dict:
+  """Errors of jacrev, closed-form and finite-difference Jacobians against J (jacfwd).
+
+  Same output as :func:`compare` for precomputed arrays (e.g. from a jitted kernel).
+  """
+  dt = _dtype(J)
+  exact_tol = exact_tol or EXACT_TOL[dt]
+  fd_tol = fd_tol or FD_TOL[dt]
+  out = {"dtype": str(dt), "fd_eps": fd_eps}
+  out["rev"] = None if J_rev is None else _err(J_rev, J, exact_tol)
+  out["closed"] = None if J_closed is None else _err(J_closed, J, exact_tol)
+  out["fd"] = None if J_fd is None else _err(J_fd, J, fd_tol)
+  out["ok"] = all(v["ok"] for v in out.values() if isinstance(v, dict))
+  return out
+
+
 def compare(fn: Callable, logits, *, mask=None, closed: Callable | None = None, fd_eps=None,
             exact_tol=None, fd_tol=None) -> dict:
   """Exact (jacfwd) vs jacrev vs closed form vs central differences, with the tolerances used.
@@ -334,12 +351,10 @@ def compare(fn: Callable, logits, *, mask=None, closed: Callable | None = None, 
   :data:`FD_TOL` for the dtype; the FD comparison is against the jacfwd Jacobian.
   """
   dt = _dtype(logits)
-  exact_tol = exact_tol or EXACT_TOL[dt]
-  fd_tol = fd_tol or FD_TOL[dt]
+  fd_eps = FD_EPS[dt] if fd_eps is None else fd_eps
   J = exact(fn, logits, "fwd", mask)
-  out = {"dtype": str(dt), "fd_eps": FD_EPS[dt] if fd_eps is None else fd_eps}
-  out["rev"] = _err(exact(fn, logits, "rev", mask), J, exact_tol)
-  out["closed"] = None if closed is None else _err(_call(closed, logits, mask), J, exact_tol)
-  out["fd"] = _err(finite_difference(fn, logits, fd_eps, mask), J, fd_tol)
-  out["ok"] = all(v["ok"] for k, v in out.items() if isinstance(v, dict))
-  return out
+  return compare_arrays(
+      J, exact(fn, logits, "rev", mask),
+      None if closed is None else _call(closed, logits, mask),
+      finite_difference(fn, logits, fd_eps, mask), fd_eps=fd_eps, exact_tol=exact_tol,
+      fd_tol=fd_tol)

@@ -152,23 +152,33 @@ def init_params(key: jax.Array, config: Config, dtype=jnp.float32) -> Params:
   """GPT-2 initialisation (HF ``GPT2PreTrainedModel._init_weights``, nanoGPT).
 
   Weights N(0, 0.02²), residual projections (``attn.c_proj``, ``mlp.c_proj``) N(0, (0.02/√(2
-  n_layer))²), biases 0, LayerNorm gains 1.
+  n_layer))²), biases 0, LayerNorm gains 1. Draws with NumPy's PCG64 seeded by the key's data
+  (deterministic per key; avoids compiling one random op per tensor shape, seconds on a CPU).
   """
+  seed = np.asarray(jax.random.key_data(key)).ravel().tolist()
+  rng = np.random.default_rng(seed)
+  dtype = jnp.dtype(dtype)
   std = 0.02
   proj_std = std / math.sqrt(2 * config.n_layer)
-  flat = {}
-  shapes = checkpoint_shapes(config)
-  keys = jax.random.split(key, len(shapes))
-  for k, (name, shape) in zip(keys, shapes.items()):
-    if name.startswith("ln_") or ".ln_" in name:
-      value = jnp.ones(shape, dtype) if name.endswith("weight") else jnp.zeros(shape, dtype)
-    elif name.endswith("bias"):
-      value = jnp.zeros(shape, dtype)
+  shapes = {"wte.weight": (config.vocab_size, config.n_embd),
+            "wpe.weight": (config.n_positions, config.n_embd),
+            "ln_f.weight": (config.n_embd,), "ln_f.bias": (config.n_embd,)}
+  if not config.tie_word_embeddings:
+    shapes["lm_head.weight"] = (config.vocab_size, config.n_embd)
+  for name, shape in layer_shapes(config).items():
+    shapes["h." + name] = (config.n_layer,) + shape
+  params: Params = {}
+  for name, shape in shapes.items():
+    leaf = name.split(".")[-2:]
+    if leaf[0].startswith("ln_"):
+      value = np.ones(shape) if leaf[1] == "weight" else np.zeros(shape)
+    elif leaf[1] == "bias":
+      value = np.zeros(shape)
     else:
-      s = proj_std if name.endswith("c_proj.weight") else std
-      value = s * jax.random.normal(k, shape, dtype)
-    flat[name] = value
-  return params_from_flat(flat, config)
+      s = proj_std if leaf[0] == "c_proj" else std
+      value = s * rng.standard_normal(shape, dtype=np.float32)
+    _set(params, name.split("."), jnp.asarray(value, dtype))
+  return params
 
 
 # ----------------------------------------------------------------------------------------------

@@ -998,14 +998,14 @@ def _separability_fn(static, params, keys, run_key):
 
   from limits import separability as sep
 
-  L, n, dim, S = static["length"], static["n"], static["dim"], static["samples"]
-  T, M, zs = params["temperature"], params["M"], params["zipf_s"]  # (b,)
+  L, dim, S = static["length"], static["dim"], static["samples"]
+  T, M, zs, ns = params["temperature"], params["M"], params["zipf_s"], params["n"]  # (b,)
   b = T.shape[0]
   pkey = separability_points_key(run_key)
   itemsize = jnp.dtype(T.dtype).itemsize
   chunk = int(max(1, min(S, (128 * 2**20) // max(1, b * itemsize * (2 * L * L + 3 * L * dim)))))
 
-  def one(t, m, z):
+  def one(t, m, z, n):
     alpha = separability_alpha(static["alpha_kind"], run_key, L, t, z, T.dtype)[None]  # (1, L)
     rank = sep.ranks(alpha)
     visible = jnp.ones(alpha.shape, bool)
@@ -1026,7 +1026,7 @@ def _separability_fn(static, params, keys, run_key):
             "delta_mean": mean[2], "lower_mean": mean[3], "lower_raw_mean": mean[4],
             "upper_mean": mean[5]}
 
-  return jax.vmap(one)(T, M, zs)
+  return jax.vmap(one)(T, M, zs, ns)
 
 
 def _separability_validate(cell):
@@ -1045,7 +1045,7 @@ register(Experiment(
     name="separability_sphere", fn=_separability_fn,
     defaults={"n": 8, "length": 128, "dim": 64, "samples": 200, "alpha_kind": "softmax",
               "temperature": 1.0, "M": 1.0, "zipf_s": 1.0},
-    static=("n", "length", "dim", "samples"),
+    static=("length", "dim", "samples"),
     # AMBIG-10: N in powers of two, M = 1.
     default_grid={"n": [1, 2, 4, 8, 16, 32, 64], "temperature": [0.1, 1.0]},
     validate=_separability_validate,

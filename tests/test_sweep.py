@@ -1,0 +1,397 @@
+"""Tests of limits.sweep: grids and ids, the toy/gradient/separability cell functions against
+independent computations, device-count independence (1 vs 8 simulated CPU devices, padding,
+simulated multi-host shards), and the store (corrupt/partial records, checksums, manifests)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from limits import sweep
+from limits.errors import LimitsError
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A toy grid of 14 cells in 2 static groups (n = 2, 3) of 7: 7 is not a multiple of the device
+# counts used (2, 3, 4, 8), so every run pads its last batch.
+TOY_GRID = {"x": [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, -1.0], "n": [2, 3]}
+GRAD_GRID = {"temperature": [1e-3, 0.1, 1.0, 10.0], "epsilon": [1e-3, 10.0], "length": 8,
+             "rows": 4}
+
+
+def _records(run_dir):
+  """Records as comparable tuples (id, cell, result) in grid order."""
+  return [(r["id"], r["cell"], r["result"]) for r in sweep.collect(run_dir, complete=True)]
+
+
+def _run(exp, grid, run_dir, **kw):
+  kw.setdefault("devices", 1)
+  kw.setdefault("progress", False)
+  kw.setdefault("log", None)
+  return sweep.run_sweep(exp, grid, run_dir, **kw)
+
+
+def _lines(path):
+  return Path(path).read_bytes().split(b"\n")
+
+
+# ---------------------------------------------------------------------------------- grids, ids
+
+
+def test_cell_id_is_sha256_of_canonical_json():
+  # Independent: the canonical text written by hand, hashed with hashlib.
+  text = '{"n":3,"x":0.5}'
+  assert sweep.cell_id({"x": 0.5, "n": 3}) == hashlib.sha256(text.encode()).hexdigest()[:16]
+  assert sweep.cell_id({"n": 3, "x": 0.5}) == sweep.cell_id({"x": 0.5, "n": 3})
+
+
+def test_defaults_and_types_make_equal_cells_equal():
+  exp = sweep.get_experiment("gradient")
+  a = exp.make_grid(sweep.parse_grid("epsilon=10;temperature=1"))
+  b = exp.make_grid({"cells": [{"temperature": 1.0, "epsilon": 10.0, "length": 64}]})
+  assert a.cells == b.cells and a.ids == b.ids
+  assert isinstance(a.cells[0]["epsilon"], float) and a.cells[0]["rows"] == 128
+
+
+def test_parse_grid_product_order_and_ranges():
+  g = sweep.parse_grid("a=1,2;b=x,y,z;c=logspace:-3:2:6")
+  assert len(g) == 2 * 3 * 6
+  # Last axis fastest, like itertools.product.
+  assert [c["b"] for c in g.cells[:12]] == ["x"] * 6 + ["y"] * 6
+  np.testing.assert_allclose(g.axes["c"], [1e-3, 1e-2, 1e-1, 1, 10, 100], rtol=1e-12)
+  assert sweep.parse_grid("t=linspace:0:1:3").axes["t"] == (0.0, 0.5, 1.0)
+
+
+@pytest.mark.parametrize("text", ["", "x", "x=", "x=1,,2", "=1", "x=1;x=2", "1x=2",
+                                  "x=logspace:1:2", "x=linspace:0:1:0", "x=1,1"])
+def test_parse_grid_rejects_malformed(text):
+  with pytest.raises(LimitsError) as e:
+    sweep.parse_grid(text)
+  assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("grid, match", [
+    ({"y": [1.0]}, "unknown parameter"),
+    ({"n": [1.5]}, "must be an integer"),
+    ({"n": [0]}, "n=0"),
+    ({"x": ["a"]}, "must be a number"),
+])
+def test_make_grid_rejects_bad_cells(grid, match):
+  with pytest.raises(LimitsError, match=match):
+    sweep.get_experiment("toy").make_grid(grid)
+
+
+def test_batches_group_static_values_in_grid_order():
+  exp = sweep.get_experiment("toy")
+  g = exp.make_grid(TOY_GRID)  # cells alternate n = 2, 3
+  b = sweep._batches(g, exp.static_names(), 4)
+  assert [len(x) for x in b] == [4, 3, 4, 3]
+  for chunk in b:
+    assert len({g.cells[i]["n"] for i in chunk}) == 1 and chunk == sorted(chunk)
+  assert sorted(i for chunk in b for i in chunk) == list(range(len(g)))
+
+
+# ---------------------------------------------------------------------------------- cell functions
+
+
+def test_toy_matches_closed_form_and_documented_keys(tmp_path):
+  seed = 7
+  _run("toy", TOY_GRID, tmp_path, seed=seed, batch_size=3)
+  recs = sweep.collect(tmp_path, complete=True)
+  assert len(recs) == 14
+  run_key = jax.random.key(seed)
+  for r in recs:
+    x, n = r["cell"]["x"], r["cell"]["n"]
+    # float32 arithmetic of small powers of exactly representable x: exact to 1 ulp.
+    np.testing.assert_allclose(r["result"]["square"], x * x, rtol=1e-6)
+    np.testing.assert_allclose(r["result"]["powers"], [x ** j for j in range(n)], rtol=1e-6)
+    np.testing.assert_allclose(r["result"]["series"], sum(x ** j for j in range(n)), rtol=1e-6)
+    # The documented per-cell key: fold_in(fold_in(key(seed), hi), lo) of the id's halves.
+    hi, lo = int(r["id"][:8], 16), int(r["id"][8:], 16)
+    k = jax.random.fold_in(jax.random.fold_in(run_key, hi), lo)
+    assert r["result"]["noise"] == float(jax.random.uniform(k))
+  noise = [r["result"]["noise"] for r in recs]
+  assert len(set(noise)) == len(noise) and all(0 <= u < 1 for u in noise)
+
+
+def test_gradient_cells_match_independent_computation(tmp_path):
+  from limits import jacobians
+
+  seed = 3
+  _run("gradient", GRAD_GRID, tmp_path, seed=seed, batch_size=4)
+  recs = sweep.collect(tmp_path, complete=True)
+  Z = jnp.asarray(sweep.gradient_logits(jax.random.key(seed), 4, 8))  # (R, L)
+
+  @jax.jit
+  def reference(T, eps, key):
+    sm = lambda l: jax.nn.softmax(l / T)  # reference softmax, not limits.normalizers
+    J = jax.vmap(jax.jacfwd(sm))(Z)  # exact Jacobian by autodiff, (R, L, L)
+    v = jacobians.random_directions(key, Z.shape, dtype=Z.dtype)  # documented unit directions
+    g = jnp.linalg.norm(sm(Z + eps * v) - sm(Z), axis=-1) / eps
+    return J, jnp.linalg.norm(v, axis=-1), g
+
+  for r in recs:
+    T, eps = r["cell"]["temperature"], r["cell"]["epsilon"]
+    hi, lo = int(r["id"][:8], 16), int(r["id"][8:], 16)
+    k = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), hi), lo)  # documented key
+    J, vnorm, g = (np.asarray(a) for a in reference(T, eps, k))
+    jn = np.linalg.norm(J, 2, axis=(1, 2))  # spectral norms by numpy
+    # float32: closed form vs autodiff + SVD vs numpy agree to ~1e-5 relative; 1e-4 with margin
+    # (absolute 1e-7 for saturated rows at T = 1e-3 where the norm is ~0).
+    np.testing.assert_allclose(r["result"]["jac_norm_max"], jn.max(), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(r["result"]["jac_norm_mean"], jn.mean(), rtol=1e-4, atol=1e-7)
+    # Corollary 3's tight form: ||J||_2 <= 1/(2T) (PAPER.md §7 check 1).
+    assert r["result"]["jac_norm_max"] <= 0.5 / T * (1 + 1e-5)
+    np.testing.assert_allclose(vnorm, 1, rtol=1e-6)
+    # g = ||softmax((l + eps v)/T) - softmax(l/T)|| / eps: float32 outputs carry a few ulp(1)
+    # = 6e-8 each, so differences of L = 8 entries are good to ~1e-6 absolute before / eps.
+    np.testing.assert_allclose(r["result"]["g_mean"], g.mean(), rtol=1e-4, atol=1e-6 / eps)
+    np.testing.assert_allclose(r["result"]["g_max"], g.max(), rtol=1e-4, atol=1e-6 / eps)
+    # The simplex has diameter sqrt(2): g <= sqrt(2)/eps for every row.
+    assert r["result"]["g_max"] <= np.sqrt(2) / eps * (1 + 1e-6)
+
+
+def test_separability_cells_match_monte_carlo(tmp_path):
+  from limits import separability
+
+  seed, L, dim, S = 5, 12, 6, 40
+  grid = {"n": [1, 3, 12], "length": L, "dim": dim, "samples": S, "temperature": [0.5]}
+  _run("separability_sphere", grid, tmp_path, seed=seed, batch_size=2)
+  recs = sweep.collect(tmp_path, complete=True)
+  run_key = jax.random.key(seed)
+  alpha = sweep.separability_alpha("softmax", run_key, L, 0.5)
+  # The traced softmax weights equal separability.synthetic_alpha with a concrete T.
+  ref_alpha = separability.synthetic_alpha(
+      "softmax", L, jax.random.fold_in(run_key, sweep._ALPHA_TAG), temperature=0.5)
+  np.testing.assert_allclose(alpha, ref_alpha, rtol=1e-6)
+  for r in recs:
+    n = r["cell"]["n"]
+    mc = separability.monte_carlo_detail(sweep.separability_points_key(run_key), ref_alpha, n,
+                                         dim, 1.0, S)
+    res = r["result"]
+    # Same point sets, second implementation (host-chunked float64 sums vs traced lax.map):
+    # float32 sums of 40 terms agree to ~1e-6 relative; 1e-5 with margin.
+    np.testing.assert_allclose(res["frac_mean"], mc.mean, rtol=1e-5)
+    np.testing.assert_allclose(res["frac_stderr"], mc.stderr, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(res["delta_mean"], mc.mean_delta, rtol=1e-5)
+    np.testing.assert_allclose(res["upper_mean"], mc.mean_upper, rtol=1e-5)
+    np.testing.assert_allclose(res["lower_mean"], mc.mean_lower, rtol=1e-5, atol=1e-6)
+    if n == 1:  # a single selected token has s = alpha_1 x_1 at distance 0: always separable
+      assert res["frac_mean"] == 1.0
+    if n == L:  # no non-selected token: r = +inf, every token counts
+      assert res["r_mean"] == "inf" and res["frac_mean"] == 1.0
+
+
+# ---------------------------------------------------------------------------------- devices
+
+
+MULTI_DEVICE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax
+    from limits import sweep
+    out = sys.argv[1]
+    toy, grad = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    assert jax.device_count() == 8, jax.device_count()
+    kw = dict(progress=False, log=None)
+    sweep.run_sweep("toy", toy, out + "/toy8", seed=7, batch_size=1, devices=8, **kw)
+    sweep.run_sweep("gradient", grad, out + "/grad8", seed=3, batch_size=4, devices=8, **kw)
+    sweep.run_sweep("gradient", grad, out + "/grad2", seed=3, batch_size=4, devices=2, **kw)
+    # Two simulated hosts on 4 devices: devices 0-1 belong to process 0, 2-3 to process 1.
+    for p in (0, 1):
+      s = sweep.run_sweep("toy", toy, out + "/hosts", seed=7, batch_size=1, devices=4,
+                          process_index=p, device_processes=[0, 0, 1, 1], **kw)
+      print(json.dumps({"process": p, "computed": s.computed, "shard": s.shard.name}))
+""")
+
+
+@pytest.fixture(scope="module")
+def multi_device_runs(tmp_path_factory):
+  out = tmp_path_factory.mktemp("multi")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  p = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(out), json.dumps(TOY_GRID),
+                      json.dumps(GRAD_GRID)], cwd=REPO, env=env, capture_output=True, text=True,
+                     timeout=300)
+  assert p.returncode == 0, p.stderr[-3000:]
+  hosts = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+  return out, hosts
+
+
+def test_one_and_eight_devices_give_the_same_records(tmp_path, multi_device_runs):
+  out, _ = multi_device_runs
+  _run("toy", TOY_GRID, tmp_path / "toy1", seed=7, batch_size=1)
+  _run("gradient", GRAD_GRID, tmp_path / "grad1", seed=3, batch_size=4)
+  # Keys depend only on cell ids and every device runs a (batch_size,)-shaped program: the toy
+  # cell (exact float ops) is bitwise identical on 1 and 8 devices.
+  assert _records(out / "toy8") == _records(tmp_path / "toy1")
+  # Any two multi-device runs compile the same partitioned program: bitwise identical.
+  assert _records(out / "grad8") == _records(out / "grad2")
+  # A 1-device program is compiled without partitioning and XLA may fuse it differently, so
+  # float results can differ in the last bits, which g's finite difference divides by eps:
+  # a few ulp(1) = 6e-8 per softmax entry -> 1e-6/eps absolute, 1e-5 relative otherwise.
+  one, eight = _records(tmp_path / "grad1"), _records(out / "grad8")
+  assert [(i, c) for i, c, _ in one] == [(i, c) for i, c, _ in eight]
+  for (_, c, a), (_, _, b) in zip(one, eight):
+    for k in a:
+      atol = 1e-6 / c["epsilon"] if k.startswith("g_") else 1e-7
+      np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=atol, err_msg=f"{c} {k}")
+
+
+def test_padding_when_devices_do_not_divide_cells(tmp_path, multi_device_runs):
+  out, _ = multi_device_runs
+  # 8 devices x batch 1: each group of 7 cells is one batch padded to 8; padding dropped.
+  lines = [l for l in _lines(out / "toy8" / "records.0.jsonl") if l]
+  ids = [json.loads(l)["id"] for l in lines]
+  assert len(ids) == 14 and len(set(ids)) == 14
+  _run("toy", TOY_GRID, tmp_path, seed=7, batch_size=1)
+  assert _records(out / "toy8") == _records(tmp_path)
+
+
+def test_simulated_multi_host_writes_own_shards(tmp_path, multi_device_runs):
+  out, hosts = multi_device_runs
+  d = out / "hosts"
+  assert sorted(p.name for p in sweep.shard_paths(d)) == ["records.0.jsonl", "records.1.jsonl"]
+  assert [h["shard"] for h in hosts] == ["records.0.jsonl", "records.1.jsonl"]
+  ids = [{json.loads(l)["id"] for l in _lines(d / f"records.{p}.jsonl") if l} for p in (0, 1)]
+  # 4 devices x batch 1 over groups of 7: slots 0-1 -> process 0, 2-3 -> process 1. Each group
+  # gives process 0 the slots 0,1,4,5 and process 1 the slots 2,3,6: 4 + 3 cells per group.
+  assert not (ids[0] & ids[1])
+  assert (len(ids[0]), len(ids[1])) == (8, 6)
+  assert [h["computed"] for h in hosts] == [8, 6]
+  _run("toy", TOY_GRID, tmp_path, seed=7, batch_size=1)
+  assert _records(d) == _records(tmp_path)
+
+
+def test_select_devices_errors():
+  n = jax.device_count()
+  with pytest.raises(LimitsError, match="only"):
+    sweep.select_devices(n + 1)
+  assert len(sweep.select_devices(None)) == n and len(sweep.select_devices(1)) == 1
+
+
+# ---------------------------------------------------------------------------------- store
+
+
+def test_resume_skips_finished_cells(tmp_path):
+  s1 = _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  first = _records(tmp_path)
+  s2 = _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  assert (s1.computed, s2.computed, s2.done_before) == (14, 0, 14)
+  assert _records(tmp_path) == first
+  assert len([l for l in _lines(tmp_path / "records.0.jsonl") if l]) == 14
+
+
+def test_partial_trailing_record_is_truncated_and_recomputed(tmp_path):
+  _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  ref = _records(tmp_path)
+  shard = tmp_path / "records.0.jsonl"
+  data = shard.read_bytes()
+  lines = data.split(b"\n")[:-1]
+  # Simulate a crash mid-write: the last record only half written, no newline.
+  half = lines[-1][: len(lines[-1]) // 2]
+  shard.write_bytes(b"\n".join(lines[:-1]) + b"\n" + half)
+  rep = sweep.read_shard(shard)
+  assert len(rep.records) == 13 and "partial" in rep.problems[0]
+  msgs = []
+  s = _run("toy", TOY_GRID, tmp_path, batch_size=2, log=msgs.append)
+  assert s.computed == 1 and any("line 14" in m and "recomputed" in m for m in msgs)
+  assert _records(tmp_path) == ref
+  assert (tmp_path / "records.0.jsonl.corrupt").read_bytes() == half + b"\n"
+  assert all(sweep.parse_record_line(l)[0] for l in _lines(shard) if l)
+
+
+def test_checksum_mismatch_is_detected_and_recomputed(tmp_path):
+  _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  ref = _records(tmp_path)
+  shard = tmp_path / "records.0.jsonl"
+  lines = shard.read_bytes().split(b"\n")
+  rec = json.loads(lines[3])
+  old = json.dumps(rec["result"]["square"]).encode()
+  assert old in lines[3]
+  # Valid JSON, wrong content: only the checksum can tell.
+  lines[3] = lines[3].replace(b'"square":' + old, b'"square":' + json.dumps(
+      rec["result"]["square"] + 1.0).encode())
+  json.loads(lines[3])
+  shard.write_bytes(b"\n".join(lines))
+  assert sweep.parse_record_line(lines[3]) == (None, "checksum mismatch")
+  # collect is read-only: it skips the bad record.
+  assert rec["id"] not in {r["id"] for r in sweep.collect(tmp_path)}
+  s = _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  assert s.computed == 1 and any("checksum mismatch" in p for p in s.problems)
+  assert _records(tmp_path) == ref
+  assert b"\n".join(l for l in lines if l) .count(b"\n") == 13
+
+
+def test_garbage_line_in_the_middle_is_removed(tmp_path):
+  _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  ref = _records(tmp_path)
+  shard = tmp_path / "records.0.jsonl"
+  lines = shard.read_bytes().split(b"\n")
+  lines[5] = b'{"not": "a record"'
+  shard.write_bytes(b"\n".join(lines))
+  s = _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  assert s.computed == 1 and "line 6" in s.problems[0]
+  assert _records(tmp_path) == ref
+
+
+def test_different_grid_or_config_is_refused(tmp_path):
+  _run("toy", TOY_GRID, tmp_path, batch_size=2)
+  with pytest.raises(LimitsError, match="different sweep: grid"):
+    _run("toy", {"x": [0.0]}, tmp_path)
+  with pytest.raises(LimitsError, match="seed=0 .now 1"):
+    _run("toy", TOY_GRID, tmp_path, seed=1)
+  with pytest.raises(LimitsError, match="experiment 'toy'"):
+    _run("gradient", GRAD_GRID, tmp_path)
+  with pytest.raises(LimitsError, match="not empty"):
+    _run("toy", TOY_GRID, tmp_path, resume=False)
+  # Execution settings do not change the numbers: a different batch size may resume.
+  assert _run("toy", TOY_GRID, tmp_path, batch_size=5).computed == 0
+
+
+def test_collect_merges_shards_in_grid_order(tmp_path):
+  exp = sweep.get_experiment("toy")
+  g = exp.make_grid(TOY_GRID)
+  _run("toy", g, tmp_path, batch_size=2)
+  shard = tmp_path / "records.0.jsonl"
+  lines = [l for l in shard.read_bytes().split(b"\n") if l]
+  # Spread the records over three shard files in reverse order.
+  shard.unlink()
+  for p, part in enumerate((lines[:5], lines[5:9], lines[9:])):
+    (tmp_path / f"records.{p + 2}.jsonl").write_bytes(b"\n".join(part[::-1]) + b"\n")
+  recs = sweep.collect(tmp_path, complete=True)
+  assert [r["id"] for r in recs] == g.ids and [r["index"] for r in recs] == list(range(14))
+  (tmp_path / "records.3.jsonl").unlink()
+  with pytest.raises(LimitsError, match="4 of 14 cells have no record"):
+    sweep.collect(tmp_path, complete=True)
+
+
+def test_shard_path_naming():
+  assert sweep.shard_path("/r", 0).name == "records.0.jsonl"
+  assert sweep.shard_path("/r", 12).name == "records.12.jsonl"
+
+
+def test_maybe_initialize_distributed_reads_environment(monkeypatch):
+  calls = []
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+  monkeypatch.setattr(sweep, "_DISTRIBUTED_DONE", False)
+  assert sweep.maybe_initialize_distributed({}) is False and calls == []
+  assert sweep.maybe_initialize_distributed({"LIMITS_DISTRIBUTED": "0"}) is False
+  env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "2",
+         "JAX_PROCESS_ID": "1"}
+  assert sweep.maybe_initialize_distributed(env) is True
+  assert calls == [{"coordinator_address": "10.0.0.1:1234", "num_processes": 2,
+                    "process_id": 1}]
+  monkeypatch.setattr(sweep, "_DISTRIBUTED_DONE", False)
+  assert sweep.maybe_initialize_distributed({"LIMITS_DISTRIBUTED": "1"}) is True
+  assert calls[-1] == {}
+  monkeypatch.setattr(sweep, "_DISTRIBUTED_DONE", False)
+  with pytest.raises(LimitsError, match="JAX_PROCESS_ID"):
+    sweep.maybe_initialize_distributed({"LIMITS_DISTRIBUTED": "1", "JAX_PROCESS_ID": "x"})

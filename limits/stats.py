@@ -1,0 +1,155 @@
+"""Two-sample KS test and the critical-N search of Algorithm 3 (PAPER.md §3.2, Fig. 2c).
+
+Critical N: the smallest N at which the two-sample Kolmogorov-Smirnov test on the per-head
+token-averaged true distances {d̄} vs expectations {Ē} does **not** reject at level α
+(p-value > α, AMBIG-9; default α = 0.01).
+
+Two search methods over the integers [n_min, n_max]:
+
+- ``"scan"``: N = n_min, n_min+1, ... (in batches of ``batch`` values per call of the p-value
+  function, so one model forward can serve a batch) until the first non-rejection. Exact.
+- ``"bisect"``: a ``batch``-ary search that **assumes monotonicity** (reject for every N below
+  the critical N, not reject from it on). Every probed (N, p) is recorded and the result says
+  whether the recorded decisions (and the p-values themselves) were monotone in N; if the
+  decisions were not monotone the assumption is refuted and the answer may differ from a scan.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+import scipy.stats
+
+from limits.errors import LimitsError
+
+
+class KSResult(NamedTuple):
+  statistic: float
+  pvalue: float
+
+
+def ks_2samp(a, b) -> KSResult:
+  """Two-sided two-sample KS test (scipy.stats.ks_2samp, method="auto"); NaNs are dropped."""
+  a = np.asarray(a, np.float64).ravel()
+  b = np.asarray(b, np.float64).ravel()
+  a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+  if a.size == 0 or b.size == 0:
+    raise LimitsError(f"KS test needs two non-empty samples, got sizes {a.size} and {b.size}")
+  r = scipy.stats.ks_2samp(a, b)
+  return KSResult(float(r.statistic), float(r.pvalue))
+
+
+def indistinguishable(pvalue: float, alpha: float) -> bool:
+  """The KS test does not reject at level alpha (p > alpha)."""
+  return bool(pvalue > alpha)
+
+
+class CriticalN(NamedTuple):
+  n: int | None            # smallest non-rejecting N found; None if every probed N rejected
+  alpha: float
+  method: str
+  evaluated: dict          # {N: p-value} for every N probed, ascending N
+  decisions_monotone: bool  # no "not reject" at a smaller N than a "reject"
+  pvalues_monotone: bool    # p-values non-decreasing in N over the probed N
+
+  def as_dict(self):
+    return {"critical_n": self.n, "alpha": self.alpha, "method": self.method,
+            "evaluated": {int(k): float(v) for k, v in self.evaluated.items()},
+            "decisions_monotone": self.decisions_monotone,
+            "pvalues_monotone": self.pvalues_monotone}
+
+
+def _summarise(evaluated: dict, alpha: float, method: str, n: int | None) -> CriticalN:
+  ns = sorted(evaluated)
+  ps = [evaluated[k] for k in ns]
+  dec = [indistinguishable(p, alpha) for p in ps]
+  dec_mono = all(not (dec[i] and not dec[i + 1]) for i in range(len(dec) - 1))
+  p_mono = all(ps[i] <= ps[i + 1] for i in range(len(ps) - 1))
+  return CriticalN(n, float(alpha), method, {k: evaluated[k] for k in ns}, dec_mono, p_mono)
+
+
+def critical_n(pvalue_fn: Callable[[Sequence[int]], Sequence[float]], n_min: int, n_max: int, *,
+               alpha: float = 0.01, method: str = "bisect", batch: int = 8) -> CriticalN:
+  """Smallest N in [n_min, n_max] with p-value > alpha.
+
+  Args:
+    pvalue_fn: maps a list of Ns (at most ``batch``) to their KS p-values.
+    method: "scan" (exact first crossing) or "bisect" (batch-ary search assuming monotone
+      decisions; the result reports whether the probed decisions were monotone).
+  """
+  if method not in ("scan", "bisect"):
+    raise LimitsError(f"method={method!r} is not one of ('scan', 'bisect')")
+  if not 0 < alpha < 1:
+    raise LimitsError(f"alpha={alpha} must be in (0, 1)")
+  if n_min < 1 or n_max < n_min:
+    raise LimitsError(f"N range [{n_min}, {n_max}] is empty or starts below 1")
+  if batch < 1:
+    raise LimitsError(f"batch={batch} must be positive")
+  evaluated: dict[int, float] = {}
+
+  def probe(ns):
+    ns = [int(n) for n in ns if int(n) not in evaluated]
+    if ns:
+      ps = list(pvalue_fn(ns))
+      if len(ps) != len(ns):
+        raise ValueError(f"pvalue_fn returned {len(ps)} values for {len(ns)} Ns")
+      evaluated.update({n: float(p) for n, p in zip(ns, ps)})
+
+  if method == "scan":
+    start = n_min
+    while start <= n_max:
+      ns = list(range(start, min(start + batch, n_max + 1)))
+      probe(ns)
+      hits = [n for n in ns if indistinguishable(evaluated[n], alpha)]
+      if hits:
+        return _summarise(evaluated, alpha, method, hits[0])
+      start += batch
+    return _summarise(evaluated, alpha, method, None)
+
+  lo, hi = n_min - 1, n_max + 1  # lo: rejects (or below range); hi: passes (or above range)
+  while hi - lo > 1:
+    width = hi - lo - 1
+    k = min(batch, width)
+    # k points spread evenly strictly inside (lo, hi)
+    ns = sorted({lo + int(round((i + 1) * (width + 1) / (k + 1))) for i in range(k)})
+    ns = [n for n in ns if lo < n < hi] or [lo + 1]
+    probe(ns)
+    passing = [n for n in ns if indistinguishable(evaluated[n], alpha)]
+    if passing:
+      hi = passing[0]
+      below = [n for n in ns if n < hi]
+      if below:
+        lo = max(lo, below[-1])
+    else:
+      lo = ns[-1]
+  n = hi if hi <= n_max else None
+  return _summarise(evaluated, alpha, method, n)
+
+
+def fit_ratio(ls, ns) -> dict:
+  """Least-squares N ≈ c·L through the origin, plus a free line N ≈ a + b·L and its R²."""
+  ls = np.asarray(ls, np.float64)
+  ns = np.asarray(ns, np.float64)
+  ok = np.isfinite(ls) & np.isfinite(ns)
+  ls, ns = ls[ok], ns[ok]
+  if ls.size == 0:
+    return {"ratio": None, "slope": None, "intercept": None, "r2": None, "points": 0}
+  c = float(ls @ ns / (ls @ ls))
+  out = {"ratio": c, "points": int(ls.size)}
+  out.update(linear_fit(ls, ns))
+  return out
+
+
+def linear_fit(xs, ys) -> dict:
+  """y ≈ intercept + slope·x by least squares, with R² (None when under-determined)."""
+  xs = np.asarray(xs, np.float64)
+  ys = np.asarray(ys, np.float64)
+  if xs.size < 2 or np.ptp(xs) == 0:
+    return {"slope": None, "intercept": None, "r2": None}
+  slope, intercept = np.polyfit(xs, ys, 1)
+  pred = intercept + slope * xs
+  ss_res = float(np.sum((ys - pred) ** 2))
+  ss_tot = float(np.sum((ys - ys.mean()) ** 2))
+  r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+  return {"slope": float(slope), "intercept": float(intercept), "r2": float(r2)}

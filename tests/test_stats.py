@@ -1,0 +1,106 @@
+"""KS test wrapper and the critical-N search (limits.stats) on cases with a known answer."""
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from limits import stats
+from limits.errors import LimitsError
+
+
+def test_ks_matches_scipy_and_closed_form():
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(size=50), rng.normal(0.5, 1, size=60)
+  r = stats.ks_2samp(a, b)
+  ref = scipy.stats.ks_2samp(a, b)
+  assert r.statistic == pytest.approx(ref.statistic) and r.pvalue == pytest.approx(ref.pvalue)
+  # Closed form: fully separated samples of sizes 3 and 3 -> D = 1, exact two-sided
+  # p = 2 / C(6, 3) = 0.1.
+  r = stats.ks_2samp([0, 1, 2], [10, 11, 12])
+  assert r.statistic == 1.0 and r.pvalue == pytest.approx(0.1)
+  # NaNs (heads with no counted query) are dropped, not propagated.
+  assert stats.ks_2samp([0, 1, 2, np.nan], [10, 11, 12]).pvalue == pytest.approx(0.1)
+  with pytest.raises(LimitsError):
+    stats.ks_2samp([np.nan], [1.0])
+
+
+def _step_pvalues(n_star, calls=None):
+  """p(N) = 0.001 for N < n_star, 0.5 after: a monotone step with a known crossing."""
+
+  def fn(ns):
+    if calls is not None:
+      calls.append(list(ns))
+    return [0.001 if n < n_star else 0.5 for n in ns]
+
+  return fn
+
+
+@pytest.mark.parametrize("n_star,method,batch", [
+    (n, m, b) for n in (1, 2, 7, 37, 100, 1023) for m in ("scan", "bisect") for b in (1, 8)
+    if not (m == "scan" and b == 1 and n > 100)])  # a 1-at-a-time scan to 1023 adds nothing
+def test_critical_n_step_function(n_star, method, batch):
+  calls = []
+  r = stats.critical_n(_step_pvalues(n_star, calls), 1, 1023, alpha=0.01, method=method,
+                       batch=batch)
+  assert r.n == n_star
+  assert r.decisions_monotone and r.pvalues_monotone
+  assert all(len(c) <= batch for c in calls)
+  if method == "bisect":
+    # ceil(log_{batch+1}(1024)) passes suffice for a batch-ary search.
+    assert len(calls) <= int(np.ceil(np.log(1024) / np.log(batch + 1))) + 1
+
+
+def test_critical_n_none_when_never_passing():
+  for method in ("scan", "bisect"):
+    r = stats.critical_n(lambda ns: [0.0] * len(ns), 1, 50, method=method)
+    assert r.n is None and len(r.evaluated) > 0
+
+
+def test_critical_n_reports_non_monotone_pvalues():
+  # Passing at N = 5 only and again from N = 30: the scan finds 5; bisection (which assumes
+  # monotonicity) may not, but must then say the decisions it saw were not monotone, or have
+  # missed the pass at 5 altogether.
+  fn = lambda ns: [0.5 if (n == 5 or n >= 30) else 0.001 for n in ns]
+  assert stats.critical_n(fn, 1, 60, method="scan").n == 5
+  r = stats.critical_n(fn, 1, 60, method="bisect", batch=4)
+  if r.n != 5:
+    assert (not r.decisions_monotone) or 5 not in r.evaluated
+  # p-values that wiggle but never cross alpha non-monotonically are reported as such.
+  r = stats.critical_n(lambda ns: [0.001 + 1e-4 * (n % 2) if n < 10 else 0.9 for n in ns], 1,
+                       20, method="scan", batch=20)
+  assert r.n == 10 and r.decisions_monotone and not r.pvalues_monotone
+
+
+def test_critical_n_ks_on_constructed_samples():
+  """End-to-end with real KS tests: sample B shifts toward A by 1/N; the crossing is where the
+  shift drops below the KS resolution. Compare with an independent brute-force scan."""
+  rng = np.random.default_rng(1)
+  base = rng.normal(size=144)
+  noise = rng.normal(size=144)
+
+  def pv(ns):
+    return [scipy.stats.ks_2samp(base, noise + 8.0 / n).pvalue for n in ns]
+
+  brute = next(n for n in range(1, 200) if pv([n])[0] > 0.01)
+  assert stats.critical_n(pv, 1, 199, method="scan").n == brute
+  r = stats.critical_n(pv, 1, 199, method="bisect")
+  if r.decisions_monotone:
+    assert r.n == brute
+
+
+def test_fits():
+  ls = np.array([32, 64, 128, 256])
+  f = stats.fit_ratio(ls, 0.06 * ls)
+  assert f["ratio"] == pytest.approx(0.06) and f["r2"] == pytest.approx(1.0)
+  g = stats.linear_fit([1, 2, 3], [2, 4, 7])
+  # Closed form least squares: slope = 2.5, intercept = -2/3.
+  assert g["slope"] == pytest.approx(2.5) and g["intercept"] == pytest.approx(-2 / 3)
+
+
+def test_bad_arguments():
+  with pytest.raises(LimitsError):
+    stats.critical_n(lambda ns: ns, 1, 10, method="nope")
+  with pytest.raises(LimitsError):
+    stats.critical_n(lambda ns: ns, 5, 4)
+  with pytest.raises(LimitsError):
+    stats.critical_n(lambda ns: ns, 1, 4, alpha=1.5)

@@ -208,10 +208,10 @@ def _run_model(out_dir, ns):
 
 def main(argv):
   del argv
+  ns = _grid(FLAGS.length, FLAGS.source)          # validate before JAX starts (fast errors)
   cli.setup_precision(FLAGS.x64)
   from limits import results as res
 
-  ns = _grid(FLAGS.length, FLAGS.source)
   out_dir = res.prepare_out_dir(FLAGS.out_dir, EXPERIMENT)
   t0 = time.perf_counter()
   if FLAGS.source == "sphere":

@@ -60,6 +60,7 @@ def _visible(alpha, mask):
   return jnp.ones(alpha.shape, bool) if mask is None else jnp.broadcast_to(mask, alpha.shape)
 
 
+@jax.jit
 def ranks(alpha, mask=None):
   """Rank of each token by weight within its row (0 = largest), masked tokens last.
 
@@ -71,11 +72,13 @@ def ranks(alpha, mask=None):
   return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
 
 
+@jax.jit
 def top_n_mask(alpha, n, mask=None):
   """Boolean (..., L): the N visible tokens with the largest weights (I_N). n may be traced."""
   return (ranks(alpha, mask) < n) & _visible(alpha, mask)
 
 
+@functools.partial(jax.jit, static_argnames=("rule",))
 def count_distinguishable(alpha, x, n, mask=None, *, rule: str = "strict"):
   """N_s and r of §2.2 for one row, by direct differences (the reference definition).
 
@@ -108,6 +111,7 @@ def count_distinguishable(alpha, x, n, mask=None, *, rule: str = "strict"):
   return jnp.sum(inside).astype(jnp.int32), r
 
 
+@functools.partial(jax.jit, static_argnames=("rule",))
 def separable_fraction(alpha, x, n, mask=None, *, rule: str = "strict"):
   """N_s / N for one row, with N = min(n, visible tokens); 1 for an empty selection."""
   n_s, _ = count_distinguishable(alpha, x, n, mask, rule=rule)
@@ -129,6 +133,7 @@ def _pairwise_sq(x):
   return d2, dup
 
 
+@jax.jit
 def min_pairwise_distance(x, mask=None):
   """delta: min ||x_i - x_j|| over visible i != j, duplicates excluded; +inf if no pair.
 
@@ -142,6 +147,7 @@ def min_pairwise_distance(x, mask=None):
   return jnp.sqrt(jnp.min(jnp.where(ok, d2, jnp.inf)))
 
 
+@jax.jit
 def prefix_min_pairwise_distance(x):
   """delta_t for every causal prefix: (L,) with entry t = min distance among x_0..x_t.
 
@@ -173,6 +179,7 @@ def _xi_from_selected(alpha, sel, M, delta):
   return jnp.where(sel, jnp.sqrt(jnp.maximum(xi2, 0)), 0)
 
 
+@jax.jit
 def xi(alpha, n, M, delta, mask=None):
   """xi_i of Theorem 2 for every token: (..., L), 0 for tokens outside I_N.
 
@@ -201,6 +208,7 @@ def _bounds_from_selected(alpha, sel, M, delta, r, clip=True):
   return lower, upper
 
 
+@functools.partial(jax.jit, static_argnames=("clip",))
 def theorem2_bounds(alpha, n, M, delta, r, mask=None, *, clip: bool = True):
   """Theorem 2 (Eq. 11, AMBIG-5 default) for a row (or rows) of weights.
 

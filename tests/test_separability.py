@@ -1,0 +1,417 @@
+"""Tests for limits.separability (Theorem 2, Algorithm 4).
+
+References are independent of the code under test: plain NumPy loops over tokens, hand-expanded
+xi formulas, scipy's pdist, Pearson's random-walk closed form, and an independent NumPy Monte
+Carlo. Float64 (``jax.enable_x64``) wherever counts are compared exactly.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist
+
+from limits import separability as sp
+from limits.errors import LimitsError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------------------------------
+# NumPy references.
+
+def np_count(alpha, x, n, mask=None, rule="strict"):
+  """Plain loop: N_s and r exactly as §2.2 / Algorithm 4 define them."""
+  L = len(alpha)
+  mask = np.ones(L, bool) if mask is None else np.asarray(mask)
+  vis = [i for i in range(L) if mask[i]]
+  order = sorted(vis, key=lambda i: (-alpha[i], i))     # largest weight first, ties by index
+  sel = order[:n]
+  non = order[n:]
+  s = np.zeros(x.shape[1])
+  for i in sel:
+    s = s + alpha[i] * x[i]
+  dist = {i: float(np.linalg.norm(alpha[i] * x[i] - s)) for i in vis}
+  r = min((dist[j] for j in non), default=math.inf)
+  if rule == "strict":
+    n_s = sum(1 for i in sel if dist[i] < r)
+  else:
+    n_s = sum(1 for i in sel if dist[i] <= r and all(dist[j] > r for j in non))
+  return n_s, r, sel
+
+
+def np_xi(alpha, sel, M, delta):
+  """xi_i by the theorem's first form: M^2 sum a_j^2 + (M^2 - delta^2/2) sum_{j != k} a_j a_k."""
+  out = {}
+  for i in sel:
+    others = [j for j in sel if j != i]
+    t1 = sum(M * M * alpha[j] ** 2 for j in others)
+    t2 = sum((M * M - delta * delta / 2) * alpha[j] * alpha[k]
+             for j in others for k in others if j != k)
+    out[i] = math.sqrt(max(t1 + t2, 0.0))
+  return out
+
+
+def sphere(rng, L, d, M=1.0):
+  g = rng.standard_normal((L, d))
+  return M * g / np.linalg.norm(g, axis=1, keepdims=True)
+
+
+# ------------------------------------------------------------------------------------------
+# count_distinguishable.
+
+@pytest.mark.parametrize("L,d,seed", [(7, 3, 0), (20, 5, 1), (33, 2, 2)])
+@pytest.mark.parametrize("rule", ["strict", "literal"])
+def test_count_matches_numpy_loop(L, d, seed, rule):
+  rng = np.random.default_rng(seed)
+  with jax.enable_x64(True):
+    for trial in range(4):
+      alpha = rng.dirichlet(np.full(L, 0.5))
+      x = sphere(rng, L, d, M=1.5) if trial % 2 else rng.standard_normal((L, d))
+      mask = rng.random(L) < 0.8 if trial == 3 else None
+      for n in (1, 2, L // 2, L - 1, L, L + 3):
+        ref_ns, ref_r, _ = np_count(alpha, x, n, mask, rule)
+        n_s, r = sp.count_distinguishable(jnp.asarray(alpha), jnp.asarray(x), n,
+                                          None if mask is None else jnp.asarray(mask), rule=rule)
+        assert int(n_s) == ref_ns, (trial, n)
+        if math.isinf(ref_r):
+          assert math.isinf(float(r))
+        else:
+          # Same float64 operations in a different order: agreement to a few ulps.
+          np.testing.assert_allclose(float(r), ref_r, rtol=1e-12)
+
+
+def test_tie_breaking_by_position():
+  # Uniform weights: the first n positions are selected (stable sort).
+  with jax.enable_x64(True):
+    sel = sp.top_n_mask(jnp.full((6,), 1 / 6), 2)
+  assert sel.tolist() == [True, True, False, False, False, False]
+
+
+def test_literal_reading_gives_zero_when_a_token_is_left_out():
+  rng = np.random.default_rng(3)
+  with jax.enable_x64(True):
+    for _ in range(5):
+      alpha = jnp.asarray(rng.dirichlet(np.ones(10)))
+      x = jnp.asarray(sphere(rng, 10, 4))
+      strict, _ = sp.count_distinguishable(alpha, x, 3, rule="strict")
+      literal, _ = sp.count_distinguishable(alpha, x, 3, rule="literal")
+      assert int(literal) == 0
+      # With every token selected both readings count all of them.
+      assert int(sp.count_distinguishable(alpha, x, 10, rule="literal")[0]) == 10
+    assert int(strict) >= 0
+  with pytest.raises(LimitsError):
+    sp.count_distinguishable(alpha, x, 3, rule="closed")
+
+
+@pytest.mark.parametrize("method", ["gram", "direct"])
+def test_row_stats_equals_single_row_functions(method):
+  """Batched rows (Gram identity or direct) vs count_distinguishable and theorem2_bounds."""
+  rng = np.random.default_rng(4)
+  R, L, d, M = 6, 15, 8, 1.3
+  with jax.enable_x64(True):
+    alpha = jnp.asarray(rng.dirichlet(np.ones(L), size=R))
+    mask = jnp.asarray(np.tril(np.ones((R, L), bool), k=L - R))     # rows of varying length
+    x = jnp.asarray(sphere(rng, L, d, M))
+    delta = jnp.asarray(rng.uniform(0.1, 1.0, R))
+    for n in (1, 3, 9, 15):
+      st = sp.row_stats(alpha, sp.ranks(alpha, mask), mask, x, n, M, delta, method=method)
+      for i in range(R):
+        n_s, r = sp.count_distinguishable(alpha[i], x, n, mask[i])
+        lo, up = sp.theorem2_bounds(alpha[i], n, M, delta[i], r, mask[i], clip=False)
+        assert int(st.n_s[i]) == int(n_s)
+        # Gram identity in float64: the absolute error of d^2 is ~eps |s|^2, i.e. a relative
+        # error of r of eps |s|^2 / r^2 (up to ~1e-9 here); 1e-7 leaves margin. The bounds are
+        # O(1) and inherit it through sum(xi) / (N r): atol 1e-7.
+        np.testing.assert_allclose(float(st.r[i]), float(r), rtol=1e-7)
+        np.testing.assert_allclose(float(st.lower_raw[i]), float(lo), rtol=1e-7, atol=1e-7)
+        np.testing.assert_allclose(float(st.upper[i]), float(up), rtol=1e-7, atol=1e-7)
+        np.testing.assert_allclose(float(st.frac[i]),
+                                   float(n_s) / min(n, int(mask[i].sum())), rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# delta.
+
+def test_min_pairwise_distance_matches_scipy_and_excludes_duplicates():
+  rng = np.random.default_rng(5)
+  with jax.enable_x64(True):
+    x = sphere(rng, 40, 6)
+    ref = pdist(x).min()
+    # Gram identity in float64: sqrt of an O(eps) absolute error on d^2 ~ 1 -> 1e-7 relative.
+    np.testing.assert_allclose(float(sp.min_pairwise_distance(jnp.asarray(x))), ref, rtol=1e-7)
+    xd = np.concatenate([x, x[:3]])                        # exact duplicates are excluded
+    np.testing.assert_allclose(float(sp.min_pairwise_distance(jnp.asarray(xd))), ref, rtol=1e-7)
+    mask = np.zeros(43, bool)
+    mask[[0, 5, 9]] = True
+    np.testing.assert_allclose(float(sp.min_pairwise_distance(jnp.asarray(xd), jnp.asarray(mask))),
+                               pdist(xd[mask]).min(), rtol=1e-7)
+    pre = np.asarray(sp.prefix_min_pairwise_distance(jnp.asarray(xd)))
+    assert math.isinf(pre[0])
+    for t in range(1, 43):
+      d = pdist(xd[:t + 1])
+      d = d[d > 1e-6]                                      # duplicates removed in the reference
+      np.testing.assert_allclose(pre[t], d.min(), rtol=1e-7)
+    # A single token or only duplicates: no pair -> +inf, and xi/bounds stay finite.
+    assert math.isinf(float(sp.min_pairwise_distance(jnp.asarray(x[:1]))))
+    assert math.isinf(float(sp.min_pairwise_distance(jnp.asarray(np.repeat(x[:1], 3, 0)))))
+
+
+# ------------------------------------------------------------------------------------------
+# Theorem 2.
+
+@pytest.mark.parametrize("M,delta", [(1.0, 1.0), (2.0, 0.5), (1.0, 0.0), (1.0, 1.9)])
+def test_xi_and_bounds_on_hand_computable_case(M, delta):
+  alpha = [0.4, 0.3, 0.2, 0.1]
+  with jax.enable_x64(True):
+    got = np.asarray(sp.xi(jnp.asarray(alpha), 3, M, delta))
+    ref = np_xi(alpha, [0, 1, 2], M, delta)
+    np.testing.assert_allclose(got[:3], [ref[0], ref[1], ref[2]], rtol=1e-12)
+    assert got[3] == 0                                     # not selected
+    if (M, delta) == (1.0, 1.0):
+      # By hand: xi_0^2 = 0.3^2 + 0.2^2 + (1 - 1/2) * 2 * 0.3 * 0.2 = 0.19.
+      np.testing.assert_allclose(got[0], math.sqrt(0.19), rtol=1e-12)
+    r = 0.25
+    lo, up = sp.theorem2_bounds(jnp.asarray(alpha), 3, M, delta, r, clip=False)
+    xs = [ref[0], ref[1], ref[2]]
+    np.testing.assert_allclose(float(lo), 1 - sum(xs) / (3 * r), rtol=1e-12)
+    np.testing.assert_allclose(
+        float(up), sum(math.exp(-max(v - r, 0) ** 2 / (2 * M * M)) for v in xs) / 3, rtol=1e-12)
+    lo_c, _ = sp.theorem2_bounds(jnp.asarray(alpha), 3, M, delta, r)
+    assert float(lo_c) == max(float(lo), 0.0)
+
+
+def test_no_nan_at_r_zero_all_selected_and_extreme_weights():
+  with jax.enable_x64(False):
+    alpha = jnp.asarray([0.4, 0.3, 0.2, 0.1], jnp.float32)
+    lo, up = sp.theorem2_bounds(alpha, 2, 1.0, 0.5, 0.0, clip=False)
+    assert float(lo) == -math.inf and math.isfinite(float(up))
+    lo, up = sp.theorem2_bounds(alpha, 2, 1.0, 0.5, 0.0)
+    assert float(lo) == 0.0
+    # N = 1 has xi = 0: 0/0 would be NaN; at r = 0 the bound is vacuous (0 clipped).
+    lo, up = sp.theorem2_bounds(alpha, 1, 1.0, 0.5, 0.0)
+    assert float(lo) == 0.0 and float(up) == 1.0
+    # r = 0 from data: the non-selected token coincides with s.
+    x = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]], jnp.float32)
+    n_s, r = sp.count_distinguishable(jnp.asarray([0.5, 0.25, 0.25]), x * jnp.asarray(
+        [[1.0], [1.0], [2.0]]), 1)
+    assert float(r) == 0.0 and int(n_s) == 0
+    # All tokens selected: r = +inf, everything counts, both bounds 1.
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 3)), jnp.float32)
+    n_s, r = sp.count_distinguishable(alpha, x, 4)
+    assert math.isinf(float(r)) and int(n_s) == 4
+    lo, up = sp.theorem2_bounds(alpha, 4, 1.0, 0.5, r)
+    assert float(lo) == 1.0 and float(up) == 1.0
+    # delta = +inf (no pair) and a fully masked row: finite, vacuous 1.
+    lo, up = sp.theorem2_bounds(alpha, 2, 1.0, jnp.inf, 0.1)
+    assert np.isfinite([float(lo), float(up)]).all()
+    none = jnp.zeros(4, bool)
+    assert float(sp.separable_fraction(alpha, x, 2, none)) == 1.0
+    lo, up = sp.theorem2_bounds(alpha, 2, 1.0, 0.5, jnp.inf, none)
+    assert float(lo) == 1.0 and float(up) == 1.0
+    # Extreme weights from logits +-1e4 (one-hot in float32) and T = 1e-4.
+    logits = jnp.asarray([1e4, -1e4, 3.0, -2.0, 1e4 - 1], jnp.float32)
+    a = jax.nn.softmax(logits / 1e-4)
+    xs = jnp.asarray(np.random.default_rng(1).standard_normal((5, 3)), jnp.float32)
+    for n in (1, 2, 5):
+      n_s, r = sp.count_distinguishable(a, xs, n)
+      lo, up = sp.theorem2_bounds(a, n, 1.0, 0.3, r)
+      assert np.isfinite([float(n_s), float(lo), float(up)]).all()
+    mc = sp.monte_carlo_detail(jax.random.key(0), a, [1, 2, 4], 3, 1.0, 4)
+    assert np.isfinite([mc.mean, mc.stderr, mc.mean_lower, mc.mean_upper]).all()
+
+
+# ------------------------------------------------------------------------------------------
+# Monte Carlo.
+
+def test_chunked_sharded_layout_does_not_change_the_estimate():
+  key = jax.random.key(7)
+  alpha = sp.synthetic_alpha("softmax", 50, jax.random.key(1))
+  ref = sp.monte_carlo_detail(key, alpha, [1, 3, 10], 5, 1.0, 37, chunk=37)
+  for chunk in (5,):                     # 37 = 7 * 5 + 2: exercises the padded last chunk
+    got = sp.monte_carlo_detail(key, alpha, [1, 3, 10], 5, 1.0, 37, chunk=chunk)
+    # N_s/N per sample is an exact ratio, so mean and stderr agree up to the float64 summation
+    # order (1e-12). r, delta and the bounds are float32 reductions whose rounding may depend on
+    # the batch layout XLA picks: 1e-6 relative (and absolute for the O(1) bounds).
+    for a, b, tol in zip(got[:-1], ref[:-1], [1e-12, 1e-12] + [1e-6] * 5):
+      np.testing.assert_allclose(a, b, rtol=tol, atol=0 if tol < 1e-9 else 1e-6)
+  mean, stderr = sp.monte_carlo(key, alpha, [1, 3, 10], 5, 1.0, 37, chunk=8)
+  np.testing.assert_allclose(mean, ref.mean, rtol=1e-12)
+  np.testing.assert_allclose(stderr, ref.stderr, rtol=1e-12)
+  # The vmapped chunk equals a plain per-sample loop of the single-row reference.
+  points = jax.jit(lambda i: sp.sphere_points(jax.random.fold_in(key, i), 50, 5, 1.0))
+  fr = [float(sp.separable_fraction(alpha, points(i), 3)) for i in range(37)]
+  np.testing.assert_allclose(ref.mean[1], np.mean(fr), rtol=1e-6)
+  np.testing.assert_allclose(ref.stderr[1], np.std(fr, ddof=1) / math.sqrt(37), rtol=1e-5)
+
+
+def test_monte_carlo_converges_to_pearson_closed_form():
+  """L = 3, N = 2, uniform weights, circle (d = 2).
+
+  Both selected tokens have X_i = M/3 and r = |x_3 - x_1 - x_2| M/3, so N_s/N = 1[|x_3 - x_1 -
+  x_2| > M], and -x_1, -x_2, x_3 are independent uniform unit steps: by Pearson's planar random
+  walk P(R_3 <= 1) = 1/(3 + 1), so E[N_s/N] = 3/4 exactly.
+  """
+  mean, stderr = sp.monte_carlo(jax.random.key(0), sp.synthetic_alpha("uniform", 3), 2, 2,
+                                1.0, 4000)
+  # A 4-sigma interval: false-failure rate ~6e-5 for a random seed (this seed is fixed).
+  assert abs(float(mean) - 0.75) < 4 * float(stderr), (mean, stderr)
+  assert 0.005 < float(stderr) < 0.01        # sqrt(3/16 / 4000) = 0.0068
+
+
+def test_monte_carlo_agrees_with_independent_numpy_estimate():
+  """alpha = (0.5, 0.3, 0.2), N = 2, d = 3: X = (0.3, 0.5) M, r = |0.2 x3 - 0.5 x1 - 0.3 x2|."""
+  rng = np.random.default_rng(11)
+  S = 200_000
+  x1, x2, x3 = (sphere(rng, S, 3) for _ in range(3))
+  r = np.linalg.norm(0.2 * x3 - 0.5 * x1 - 0.3 * x2, axis=1)
+  f = ((0.3 < r).astype(float) + (0.5 < r)) / 2
+  ref, ref_se = f.mean(), f.std(ddof=1) / math.sqrt(S)
+  mean, se = sp.monte_carlo(jax.random.key(3), jnp.asarray([0.5, 0.3, 0.2]), 2, 3, 1.0, 4000)
+  # 4 sigma of the difference of two independent estimates: false-failure rate ~6e-5.
+  assert abs(float(mean) - ref) < 4 * math.hypot(float(se), ref_se), (mean, ref)
+
+
+def test_monte_carlo_bounds_match_per_sample_recomputation():
+  key = jax.random.key(2)
+  alpha = sp.synthetic_alpha("zipf", 30, jax.random.key(5))
+  mc = sp.monte_carlo_detail(key, alpha, 4, 6, 2.0, 9)
+  lows, ups, ds = [], [], []
+  with jax.enable_x64(False):
+    points = jax.jit(lambda i: sp.sphere_points(jax.random.fold_in(key, i), 30, 6, 2.0))
+    for i in range(9):
+      x = points(i)
+      _, r = sp.count_distinguishable(alpha, x, 4)
+      d = sp.min_pairwise_distance(x)
+      lo, up = sp.theorem2_bounds(alpha, 4, 2.0, d, r)
+      lows.append(float(lo)); ups.append(float(up)); ds.append(float(d))
+  # float32 per-sample values; averages agree to float32 rounding (1e-5).
+  np.testing.assert_allclose(mc.mean_lower, np.mean(lows), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(mc.mean_upper, np.mean(ups), rtol=1e-5)
+  np.testing.assert_allclose(mc.mean_delta, np.mean(ds), rtol=1e-5)
+
+
+def test_monte_carlo_rejects_bad_arguments():
+  a = sp.synthetic_alpha("uniform", 8)
+  for kwargs in ({"n": 9}, {"n": 0}, {"samples": 0}, {"M": 0.0}, {"M": -1.0}):
+    args = dict(n=2, dim=3, M=1.0, samples=4)
+    args.update(kwargs)
+    with pytest.raises(LimitsError):
+      sp.monte_carlo(jax.random.key(0), a, args["n"], args["dim"], args["M"], args["samples"])
+
+
+_DEVICES_SCRIPT = r"""
+import json, jax, numpy as np
+from limits import separability as sp
+assert jax.device_count() == 8, jax.devices()
+alpha = jax.numpy.stack([sp.synthetic_alpha("softmax", 40, jax.random.key(h)) for h in range(3)])
+args = (jax.random.key(9), alpha, [1, 4, 12], 6, 1.0, 45)
+one = sp.monte_carlo_detail(*args, chunk=45)
+eight = sp.monte_carlo_detail(*args, chunk=10, devices=8)
+print(json.dumps({"one": [np.asarray(a).tolist() for a in one[:-1]],
+                  "eight": [np.asarray(a).tolist() for a in eight[:-1]]}))
+"""
+
+
+def test_one_vs_eight_simulated_devices():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-c", _DEVICES_SCRIPT], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  res = json.loads(out.stdout.strip().splitlines()[-1])
+  # Same per-sample keys (fold_in): N_s/N (exact ratios) agree up to the float64 summation
+  # order (1e-12); r, delta and the bounds are float32 reductions whose rounding may depend on
+  # the per-device batch layout (1e-6 relative, and 1e-6 absolute for the O(1) bounds, whose
+  # lower one is a difference 1 - sum(xi)/(N r) that can cancel to ~0).
+  for a, b, tol in zip(res["one"], res["eight"], [1e-12, 1e-12] + [1e-6] * 5):
+    np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=tol,
+                               atol=0 if tol < 1e-9 else 1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# Model path.
+
+def test_layer_sums_equal_per_query_loop():
+  rng = np.random.default_rng(8)
+  H, L, d, M = 2, 11, 4, 1.0
+  with jax.enable_x64(True):
+    logits = rng.standard_normal((H, L, L)) * 2
+    causal = np.tril(np.ones((L, L), bool))
+    w = np.where(causal, np.exp(logits), 0)
+    w = w / w.sum(-1, keepdims=True)                          # causal attention rows
+    v = rng.standard_normal((H, L, d))
+    for n in (1, 3, 6):
+      got = np.asarray(sp.layer_sums(jnp.asarray(w), jnp.asarray(v), jnp.int32(n), M))
+      for h in range(H):
+        x = v[h] / np.linalg.norm(v[h], axis=1, keepdims=True) * M
+        ref = np.zeros(len(sp.LAYER_FIELDS))
+        for q in range(L):
+          t = q + 1
+          if t <= n:
+            continue                                          # AMBIG-8: t <= N skipped
+          a = w[h, q, :t]
+          n_s, r, sel = np_count(a, x[:t], n)
+          delta = pdist(x[:t]).min()
+          xs = np_xi(a, sel, M, delta)
+          lo = 1 - sum(xs.values()) / (n * r)
+          up = sum(math.exp(-max(xs[i] - r, 0) ** 2 / (2 * M * M)) for i in sel) / n
+          ref += [n_s / n, max(lo, 0), lo, up, r, delta, 1]
+        # Gram identity in float64 vs direct differences: 1e-8 relative.
+        np.testing.assert_allclose(got[h], ref, rtol=1e-8, err_msg=f"head {h} n {n}")
+
+
+# ------------------------------------------------------------------------------------------
+# Small helpers and the verdict logic.
+
+def test_synthetic_alpha():
+  with jax.enable_x64(True):
+    u = sp.synthetic_alpha("uniform", 5)
+    np.testing.assert_allclose(u, 0.2, rtol=1e-15)
+    z = np.sort(np.asarray(sp.synthetic_alpha("zipf", 4, zipf_s=2.0)))[::-1]
+    h = 1 + 1 / 4 + 1 / 9 + 1 / 16
+    np.testing.assert_allclose(z, [1 / h, 1 / 4 / h, 1 / 9 / h, 1 / 16 / h], rtol=1e-12)
+    key = jax.random.key(3)
+    s = np.asarray(sp.synthetic_alpha("softmax", 6, key, temperature=0.5))
+    g = np.asarray(jax.random.normal(key, (6,), jnp.float64)) / 0.5
+    np.testing.assert_allclose(s, np.exp(g) / np.exp(g).sum(), rtol=1e-12)
+  with pytest.raises(LimitsError):
+    sp.synthetic_alpha("gauss", 4)
+  with pytest.raises(LimitsError):
+    sp.synthetic_alpha("softmax", 4)               # needs a key
+
+
+def test_sphere_points_have_radius_m():
+  x = np.asarray(sp.sphere_points(jax.random.key(0), 100, 7, 2.5))
+  np.testing.assert_allclose(np.linalg.norm(x, axis=1), 2.5, rtol=1e-6)   # float32 rounding
+
+
+def test_multi_head_coverage_closed_form():
+  np.testing.assert_allclose(sp.multi_head_coverage(0.8, 3), 1 - 0.2 ** 3, rtol=1e-15)
+  np.testing.assert_allclose(sp.multi_head_coverage(0.5, 1), 0.5, rtol=1e-15)
+
+
+def test_figure3_verdicts_hold_and_fail():
+  ns = [1, 2, 4, 8, 16, 32, 64]
+  med = np.array([1.0, 0.95, 0.9, 0.85, 0.80, 0.80, 0.81])   # p = 0.8033 -> 3 heads: 0.992
+  frac = np.minimum(med[:, None] + np.linspace(-0.02, 0.02, 5)[None], 1.0)
+  lower = np.clip(frac - 0.5, 0, None)
+  upper = np.minimum(frac.max(axis=1, keepdims=True) + 0.05, 1.0) + 0 * frac
+  v, summary = sp.figure3_verdicts(ns, frac, lower, upper, heads=3)
+  assert [d["verdict"] for d in v] == ["holds"] * 5, v
+  np.testing.assert_allclose(summary["median"][1:], med[1:], atol=1e-12)
+  # Paper-contradicting data: no saturation, lower bound violated, upper bound below the data.
+  frac2 = np.linspace(1, 0.2, 7)[:, None] + 0 * frac
+  v2, _ = sp.figure3_verdicts(ns, frac2, frac2 + 0.1, frac2 - 0.1, heads=3)
+  assert [d["verdict"] for d in v2] == ["fails"] * 5, v2
+  # Within z * stderr a deviation is not a violation.
+  v3, _ = sp.figure3_verdicts(ns, frac, frac + 0.01, upper, stderr=0.01 + 0 * frac, heads=3)
+  assert v3[2]["verdict"] == "holds"
+  assert v[1]["measured"]["median_range_N_ge_knee"] == [0.80, 0.81]
+  np.testing.assert_allclose(v[4]["measured"]["H=3"], 1 - (1 - np.mean([0.8, 0.8, 0.81])) ** 3)

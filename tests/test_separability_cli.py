@@ -1,0 +1,97 @@
+"""End-to-end tests of ``python -m experiments.separability`` (subprocesses, cwd = repo root)."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, timeout=300):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "experiments.separability", *args], cwd=REPO,
+                        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_csv(path):
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+CLAIMS = ("declines", "saturates", "lower bound holds", "upper bound tracks", "coverage")
+
+
+def check_outputs(out, ns, heads):
+  res = json.loads((out / "results.json").read_text())
+  assert set(res) == {"experiment", "config", "env", "results"}
+  assert res["experiment"] == "separability" and res["results"]["complete"] is True
+  claims = [v["claim"] for v in res["results"]["verdicts"]]
+  assert len(claims) == len(CLAIMS)
+  for c, key in zip(claims, CLAIMS):
+    assert key in c, (c, key)
+  for v in res["results"]["verdicts"]:
+    assert v["verdict"] in ("holds", "fails", "not testable")
+  rows = read_csv(out / "per_head.csv")
+  assert len(rows) == len(ns) * heads
+  frac = np.array([float(r["frac"]) for r in rows])
+  assert np.all((frac >= 0) & (frac <= 1))
+  # N = 1: the single selected token sits at s (X = 0 < r), so N_s/N = 1 exactly for every head.
+  assert all(float(r["frac"]) == 1.0 for r in rows if r["n"] == "1")
+  summary = read_csv(out / "summary.csv")
+  assert [int(r["n"]) for r in summary] == ns
+  assert (out / "figure3.png").stat().st_size > 1000
+  return res, rows
+
+
+def test_sphere_end_to_end(tmp_path):
+  out = tmp_path / "sphere"
+  p = run("--source=sphere", "--length=48", "--dim=8", "--samples=16", "--heads=3",
+          "--n_values=1,2,4,8,16", "--alpha_kind=zipf", f"--out_dir={out}", "--seed=1")
+  assert p.returncode == 0, p.stderr[-3000:]
+  res, rows = check_outputs(out, [1, 2, 4, 8, 16], 3)
+  assert res["config"]["samples"] == 16 and res["env"]["seed"] == 1
+  # The strict count never exceeds the per-sample upper envelope by more than MC noise here is
+  # not guaranteed (heuristic), but every stored bound must be a probability-like number.
+  for r in rows:
+    assert 0 <= float(r["lower"]) <= 1 and 0 <= float(r["upper"]) <= 1
+    assert float(r["lower_raw"]) <= float(r["lower"])
+
+
+def test_model_end_to_end(tmp_path):
+  from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+
+  model = make_random_model_dir(tmp_path / "model", n_layer=2, n_head=2, n_embd=32,
+                                n_positions=64)
+  text = tmp_path / "text.txt"
+  text.write_text(SAMPLE_TEXT * 3)
+  out = tmp_path / "model_run"
+  p = run("--source=model", f"--model={model}", f"--text={text}", "--length=40", "--windows=2",
+          "--n_values=1,2,4,8", f"--out_dir={out}")
+  assert p.returncode == 0, p.stderr[-3000:]
+  res, rows = check_outputs(out, [1, 2, 4, 8], 4)
+  # AMBIG-8: queries with t <= N are skipped; 2 windows of L = 40 keep 2 (40 - N) queries.
+  for r in rows:
+    assert int(r["queries"]) == 2 * (40 - int(r["n"]))
+  assert res["results"]["model"]["n_layer"] == 2
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--length=16", "--n_values=1,32"], "N=32 > L=16"),
+    (["--radius=0"], "--radius must be a positive number"),
+    (["--radius=-1"], "--radius must be a positive number"),
+    (["--samples=0"], "--samples must be a positive integer"),
+    (["--n_values=1,x"], "n_values"),
+    (["--source=model", "--length=16", "--n_values=16"], "need N < L"),
+])
+def test_bad_values_exit_nonzero_with_one_line(tmp_path, args, needle):
+  p = run(*args, f"--out_dir={tmp_path / 'bad'}", timeout=120)
+  assert p.returncode != 0
+  assert "Traceback" not in p.stderr
+  hits = [line for line in p.stderr.splitlines() if needle in line]
+  assert len(hits) == 1, p.stderr[-2000:]
+  assert not (tmp_path / "bad" / "results.json").exists()

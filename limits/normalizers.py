@@ -140,8 +140,10 @@ def softmax(logits, temperature=1.0, mask=None) -> Array:
   _check_positive(temperature, "temperature")
   logits = _as_float(logits)
   m = _mask_like(logits, mask)
-  z = jnp.where(m, logits, 0) / temperature  # (..., L)
-  z = z - _masked_max(z, m)
+  # Shift in logit space *before* dividing by T: XLA may compile x / T as x * (1/T) in one
+  # place and not another, so a shift after scaling need not give exactly 0 at the max.
+  x = jnp.where(m, logits, 0)
+  z = (x - _masked_max(x, m)) / temperature  # (..., L), <= 0, exactly 0 at the max
   e = jnp.where(m, jnp.exp(jnp.where(m, z, 0)), 0)
   return _safe_div(e, jnp.sum(e, axis=-1, keepdims=True))
 
@@ -157,8 +159,8 @@ def ssmax(logits, s=1.0, mask=None) -> Array:
   m = _mask_like(logits, mask)
   n = visible_count(m)[..., None].astype(logits.dtype)  # (..., 1)
   scale = s * jnp.log(jnp.maximum(n, 1))
-  z = jnp.where(m, logits, 0) * scale
-  z = z - _masked_max(z, m)
+  x = jnp.where(m, logits, 0)
+  z = (x - _masked_max(x, m)) * scale  # shift before scaling (see softmax)
   e = jnp.where(m, jnp.exp(jnp.where(m, z, 0)), 0)
   return _safe_div(e, jnp.sum(e, axis=-1, keepdims=True))
 
@@ -218,8 +220,8 @@ def entmax15_exact(logits, mask=None) -> Array:
   """
   z = _as_float(logits)
   m = _mask_like(z, mask)
-  x = jnp.where(m, z, 0) / 2
-  x = x - _masked_max(x, m)
+  x = jnp.where(m, z, 0)
+  x = (x - _masked_max(x, m)) / 2  # shift before scaling (see softmax)
   xs, rank, valid, _ = _sorted_visible(x, m)
   r = rank.astype(x.dtype)
   mean = jnp.cumsum(xs, axis=-1) / r
@@ -244,8 +246,8 @@ def _bisect_iters(dtype) -> int:
 def _entmax_bisect(z: Array, m: Array, alpha: float) -> Array:
   """p_i = [(α−1) z_i − τ]_+^{1/(α−1)} with Σ p = 1, τ by bisection (masked rows -> 0)."""
   am1 = alpha - 1.0
-  x = jnp.where(m, z, 0) * am1
-  x = x - _masked_max(x, m)  # max visible entry is 0
+  x = jnp.where(m, z, 0)
+  x = (x - _masked_max(x, m)) * am1  # max visible entry is exactly 0 (shift before scaling)
   n = jnp.maximum(visible_count(m)[..., None], 1).astype(x.dtype)
   # Σ p(τ) is decreasing in τ; at τ = −1 the top entry alone gives 1, at τ = −n^{1−α}... every
   # entry is ≤ 1/n. So τ* ∈ [−1, −(1/n)^{α−1}].

@@ -1,0 +1,105 @@
+"""experiments.vanishing end to end, and its log-space band check against limits.bounds."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+  from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+
+  root = tmp_path_factory.mktemp("vanishing_cli")
+  make_random_model_dir(root / "model", n_layer=2, n_head=2, n_embd=16, n_positions=64,
+                        vocab_size=300, seed=2)
+  (root / "text.txt").write_text(SAMPLE_TEXT * 6, encoding="utf-8")
+  (root / "empty.txt").write_text("", encoding="utf-8")
+  return root
+
+
+def run(args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("LIMITS_DATA_DIR", None)
+  return subprocess.run([sys.executable, "-m", "experiments.vanishing", *args], cwd=REPO,
+                        env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_end_to_end(model_dir, tmp_path):
+  out = tmp_path / "v"
+  p = run([f"--model={model_dir / 'model'}", f"--text={model_dir / 'text.txt'}",
+           f"--out_dir={out}", "--lengths=8,32", "--x64"])
+  assert p.returncode == 0, p.stderr
+  for f in ("results.json", "per_head.csv", "summary.csv", "vanishing.png"):
+    assert (out / f).is_file(), f
+  res = json.loads((out / "results.json").read_text())["results"]
+  band = res["verdicts"][0]
+  assert band["measured"]["queries_checked"] == (8 + 32) * 2 * 2
+  assert band["verdict"] == "holds"  # Corollary 1 is a theorem; logits are exact here
+  rows = list(csv.DictReader((out / "per_head.csv").open()))
+  assert len(rows) == 2 * 4
+  # Independent recomputation for one head: max α·L of the last query from HF-style softmax.
+  from limits import gpt2, sources
+
+  m = sources.load_model(str(model_dir / "model"))
+  toks = sources.corpus_windows(m, 32, 1, text=model_dir / "text.txt")
+  rec = dict(gpt2.iter_layers(m.params, toks, m.config))[1]
+  w = np.asarray(rec.weights[0, 0, -1], np.float64)  # (32,) last query sees all 32 keys
+  got = next(r for r in rows if r["L"] == "32" and r["layer"] == "1" and r["head"] == "0")
+  # float32 weights from the model vs float64 log-space: 1e-5 in log10 units.
+  np.testing.assert_allclose(float(got["log10_max_aL_last"]), np.log10(w.max() * 32), atol=1e-5)
+  np.testing.assert_allclose(float(got["log10_min_aL_last"]), np.log10(w.min() * 32), atol=1e-5)
+
+
+def test_layer_check_agrees_with_bounds_corollary1_band():
+  """The experiment's log-space band equals limits.bounds.corollary1_band (foundation module),
+  and its violation counter fires on weights pushed outside the band."""
+  from experiments import vanishing
+  from limits import bounds
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    B, H, L, d = 1, 2, 6, 3
+    q = jnp.asarray(rng.normal(size=(B, H, L, d)) * 0.3)
+    k = jnp.asarray(rng.normal(size=(B, H, L, d)) * 0.3)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+    out = vanishing.layer_check(scores, q, k, 2.0)
+    assert int(out["violations"].sum()) == 0
+    lo, up = bounds.corollary1_band(q[..., -1, :], k, 2.0)  # bands for α (last query)
+    # band_last = 2Δ/T  ⇔  upper·L = e^{2Δ/T}; float64, rtol 1e-12.
+    np.testing.assert_allclose(np.exp(out["band_last"]), up * L, rtol=1e-12)
+    np.testing.assert_allclose(np.exp(-out["band_last"]), lo * L, rtol=1e-12)
+    # Scores inconsistent with q·k (scaled up 50x) put weights outside the band.
+    bad = vanishing.layer_check(scores * 50, q, k, 2.0)
+    assert int(bad["violations"].sum()) > 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--lengths=128"], "L=128, beyond the context"),
+    (["--windows=0"], "windows"),
+    (["--lengths=a,b"], "--lengths"),
+])
+def test_bad_values(model_dir, tmp_path, args, needle):
+  p = run([f"--model={model_dir / 'model'}", f"--text={model_dir / 'text.txt'}",
+           f"--out_dir={tmp_path / 'b'}", *args])
+  assert p.returncode != 0 and "Traceback" not in p.stderr
+  assert len([ln for ln in p.stderr.splitlines() if needle in ln]) == 1, p.stderr
+
+
+def test_empty_corpus_and_unknown_model(model_dir, tmp_path):
+  p = run([f"--model={model_dir / 'model'}", f"--text={model_dir / 'empty.txt'}",
+           f"--out_dir={tmp_path / 'e'}", "--lengths=8"])
+  assert p.returncode != 0 and "Traceback" not in p.stderr
+  assert p.stderr.strip().splitlines()[-1].startswith("error:"), p.stderr
+  p = run([f"--model={tmp_path / 'nope'}", f"--out_dir={tmp_path / 'e'}"])
+  assert p.returncode != 0 and "Traceback" not in p.stderr
+  assert p.stderr.strip().splitlines()[-1].startswith("error:"), p.stderr

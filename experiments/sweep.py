@@ -2,9 +2,10 @@
 
 Examples:
 
-  python -m experiments.sweep --experiment=gradient \
-      --grid="temperature=logspace:-3:2:26;epsilon=1e-3,0.1,10" --out_dir=results/grad --x64
+  python -m experiments.sweep --experiment=gradient --x64 --out_dir=results/grad
+      --grid="temperature=logspace:-3:2:26;epsilon=1e-3,0.1,10"
   python -m experiments.sweep --experiment=separability_sphere --config=grid.json --devices=4
+  python -m experiments.sweep --describe     # experiments, their parameters and defaults
 
 ``--grid`` is ``NAME=v1,v2;NAME2=...`` (cartesian product; ``logspace:A:B:K`` and
 ``linspace:A:B:K`` are accepted for a value list); ``--config`` is a JSON file holding
@@ -41,6 +42,8 @@ flags.DEFINE_integer("seed", 0, "run seed; cell keys are fold_in(key(seed), cell
 flags.DEFINE_boolean("x64", False, "compute in float64")
 flags.DEFINE_string("out_dir", None, "run directory (default results/sweep_<experiment>/<time>)")
 flags.DEFINE_boolean("progress", True, "show a progress bar with rate and ETA")
+flags.DEFINE_boolean("describe", False, "print the experiments, their parameters and default "
+                     "grids, then exit")
 
 flags.register_validator(
     "experiment", lambda v: v in sweep.EXPERIMENTS,
@@ -59,8 +62,25 @@ CONFIG_FLAGS = ("experiment", "grid", "config", "devices", "resume", "batch_size
                 "out_dir")
 
 
+def describe() -> str:
+  lines = []
+  for name in sorted(sweep.EXPERIMENTS):
+    exp = sweep.EXPERIMENTS[name]
+    lines.append(f"{name}: {exp.description}")
+    static = set(exp.static_names())
+    for p, v in exp.defaults.items():
+      lines.append(f"  {p} = {v!r}" + ("  (static: one compile per value)" if p in static else ""))
+    grid = ";".join(f"{k}={','.join(f'{x:g}' if isinstance(x, float) else str(x) for x in vs)}"
+                    for k, vs in exp.default_grid.items())
+    lines.append(f"  default grid: {grid}")
+  return "\n".join(lines)
+
+
 def main(argv):
   del argv
+  if FLAGS.describe:
+    print(describe())
+    return 0
   sweep.maybe_initialize_distributed()
   cli.setup_precision(FLAGS.x64)
   import jax

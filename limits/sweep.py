@@ -901,8 +901,11 @@ def _gradient_fn(static, params, keys, run_key):
   applied to logits / T (``normalizers.get(normalizer)``; for softmax this is Eq. 2). Results:
   ``g_mean``/``g_max`` over rows of g(T, eps) = ||fn(l + eps v) - fn(l)|| / eps
   (``jacobians.fd_sensitivity``, a fresh unit direction v per row from the cell's key), and
-  ``jac_norm_mean``/``jac_norm_max`` of the exact Jacobian's spectral norm (softmax: the closed
-  form (diag a - a a^T)/T, ``jacobians.softmax_closed_form``; others: ``jacobians.exact``).
+  ``jac_norm_mean``/``jac_norm_max`` of the exact Jacobian's spectral norm. ``jacobian``:
+  "dense" (softmax: the closed form (diag a - a a^T)/T, ``jacobians.softmax_closed_form``, then
+  ``spectral_norm``; others: ``jacobians.exact``; memory b x rows x L x L per device),
+  "secular" (softmax only: ``jacobians.softmax_closed_form_norm``, O(L) per row, for long rows)
+  or "none" (no Jacobian outputs).
   """
   import jax
   import jax.numpy as jnp
@@ -917,13 +920,17 @@ def _gradient_fn(static, params, keys, run_key):
     logits = c * Z  # (R, L)
     fn = lambda l: norm(l / t)
     g = jacobians.fd_sensitivity(fn, logits, e, key)  # (R,)
-    if static["normalizer"] == "softmax":
-      J = jacobians.softmax_closed_form(logits, t)  # (R, L, L)
+    out = {"g_mean": g.mean(), "g_max": g.max()}
+    if static["jacobian"] == "none":
+      return out
+    if static["jacobian"] == "secular":
+      jn = jacobians.softmax_closed_form_norm(logits, t)  # (R,), O(L) per row
+    elif static["normalizer"] == "softmax":
+      jn = jacobians.spectral_norm(jacobians.softmax_closed_form(logits, t))  # (R, L, L) -> (R,)
     else:
-      J = jacobians.exact(fn, logits)
-    jn = jacobians.spectral_norm(J)  # (R,)
-    return {"g_mean": g.mean(), "g_max": g.max(), "jac_norm_mean": jn.mean(),
-            "jac_norm_max": jn.max()}
+      jn = jacobians.spectral_norm(jacobians.exact(fn, logits))
+    out.update(jac_norm_mean=jn.mean(), jac_norm_max=jn.max())
+    return out
 
   return jax.vmap(one)(T, eps, scale, keys)
 
@@ -933,6 +940,10 @@ def _gradient_validate(cell):
 
   check(cell["normalizer"] in normalizers.NAMES,
         f"normalizer={cell['normalizer']!r}; choose one of {', '.join(normalizers.NAMES)}")
+  check(cell["jacobian"] in ("dense", "secular", "none"),
+        f"jacobian={cell['jacobian']!r}; choose dense, secular or none")
+  check(cell["jacobian"] != "secular" or cell["normalizer"] == "softmax",
+        f"jacobian=secular is for softmax only, not normalizer={cell['normalizer']!r}")
   check(cell["temperature"] > 0, f"temperature={cell['temperature']} must be > 0")
   check(cell["epsilon"] > 0, f"epsilon={cell['epsilon']} must be > 0")
   check(cell["logit_scale"] > 0, f"logit_scale={cell['logit_scale']} must be > 0")
@@ -943,7 +954,7 @@ def _gradient_validate(cell):
 register(Experiment(
     name="gradient", fn=_gradient_fn,
     defaults={"temperature": 1.0, "epsilon": 1e-3, "logit_scale": 1.0, "normalizer": "softmax",
-              "length": 64, "rows": 128},
+              "length": 64, "rows": 128, "jacobian": "dense"},
     static=("length", "rows"),
     # AMBIG-11: log grid 1e-3..1e2, 5 points per decade; the paper's three epsilons.
     default_grid={"temperature": [float(t) for t in np.logspace(-3, 2, 26)],

@@ -127,8 +127,12 @@ def test_gradient_cells_match_independent_computation(tmp_path):
   from limits import jacobians
 
   seed = 3
-  _run("gradient", GRAD_GRID, tmp_path, seed=seed, batch_size=4)
-  recs = sweep.collect(tmp_path, complete=True)
+  _run("gradient", GRAD_GRID, tmp_path / "dense", seed=seed, batch_size=4)
+  # The O(L) secular-equation norm must give the same numbers as the dense closed form.
+  _run("gradient", {**GRAD_GRID, "jacobian": "secular"}, tmp_path / "secular", seed=seed,
+       batch_size=4)
+  recs = (sweep.collect(tmp_path / "dense", complete=True)
+          + sweep.collect(tmp_path / "secular", complete=True))
   Z = jnp.asarray(sweep.gradient_logits(jax.random.key(seed), 4, 8))  # (R, L)
 
   @jax.jit
@@ -140,7 +144,7 @@ def test_gradient_cells_match_independent_computation(tmp_path):
     g = jnp.linalg.norm(sm(X + eps * v) - sm(X), axis=-1) / eps
     return J, jnp.linalg.norm(v, axis=-1), g
 
-  assert len(recs) == 16
+  assert len(recs) == 32
   for r in recs:
     T, eps, c = r["cell"]["temperature"], r["cell"]["epsilon"], r["cell"]["logit_scale"]
     assert all(np.isfinite(v) for v in r["result"].values()), r

@@ -162,3 +162,12 @@ def test_bad_config_json_and_mismatched_rerun(tmp_path):
   assert p.returncode == 2 and "Traceback" not in p.stderr
   err = [l for l in p.stderr.splitlines() if l.startswith("error:")]
   assert len(err) == 1 and "holds a different sweep: grid (2 cells, now 1)" in err[0], p.stderr
+
+
+def test_describe_lists_experiments_and_defaults():
+  p = _cli("--describe", timeout=60)
+  assert p.returncode == 0, p.stderr[-2000:]
+  for name, exp in sweep.EXPERIMENTS.items():
+    assert f"{name}: {exp.description}" in p.stdout
+    for param, default in exp.defaults.items():
+      assert f"  {param} = {default!r}" in p.stdout

@@ -161,11 +161,6 @@ def corpus_windows(model: Model, length: int, windows: int, *,
 # --------------------------------------------------------------------------------------------
 # Raw attention logits.
 
-def _scores_only(rec):
-  """record_fn for gpt2.forward: keep only the raw q·k scores (B, H, L, L) of a layer."""
-  return rec.scores
-
-
 def causal_mask(length: int) -> np.ndarray:
   """(L, L) bool, True = visible: query t (0-based) sees keys 0..t."""
   return np.tril(np.ones((length, length), dtype=bool))
@@ -200,11 +195,15 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
   rows = np.empty((tokens.shape[0] * per_window, l), dtype=np.float32)
   vis = causal_mask(l)
   for w in range(tokens.shape[0]):
-    out = gpt2.forward(model.params, tokens[w:w + 1], c, lm_head=False, layers=kept,
-                       record_fn=_scores_only)
-    scores = np.asarray(out.attn, dtype=np.float32)  # (n_kept, 1, H, L, L)
-    scores = np.where(vis, scores, np.float32(0.0))
-    rows[w * per_window:(w + 1) * per_window] = scores.reshape(per_window, l)
+    # One layer's (1, H, L, L) scores at a time (iter_layers), written straight into rows.
+    for li, (layer, rec) in enumerate(gpt2.iter_layers(model.params, tokens[w:w + 1], c,
+                                                        layers=kept)):
+      assert layer == kept[li]
+      start = w * per_window + li * h * l
+      block = rows[start:start + h * l].reshape(h, l, l)
+      block[...] = np.asarray(rec.scores[0], dtype=np.float32)
+      block[:, ~vis] = 0.0
+      del rec
   mask = np.broadcast_to(vis, (tokens.shape[0] * n_kept * h, l, l)).reshape(-1, l)
   grid = np.meshgrid(np.arange(tokens.shape[0]), np.asarray(kept), np.arange(h), np.arange(l),
                      indexing="ij")

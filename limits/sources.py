@@ -214,6 +214,30 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
   return rows, np.ascontiguousarray(mask), meta
 
 
+def iter_model_layers(model: Model, length: int, windows: int, *, layers=None,
+                      normalizer=None, temperature=None,
+                      text: str | os.PathLike | None = None,
+                      data_dir: str | os.PathLike | None = None,
+                      allow_download: bool | None = None):
+  """Yields ``(window, layer, AttnRecord)`` for each corpus window and kept layer, one layer's
+  arrays at a time (``limits.gpt2.iter_layers`` on window ``(1, L)``; shapes ``q, k, v
+  (1, H, L, d_head)``, ``scores, weights (1, H, L, L)``, ``x (1, L, D)``).
+
+  ``normalizer`` / ``temperature`` as in ``limits.gpt2.forward`` (None = the model's softmax
+  at T = √d_head on the raw q·k scale).
+  """
+  from limits import gpt2
+
+  tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
+                          allow_download=allow_download)
+  kept = _kept_layers(layers, model.config.n_layer)
+  for w in range(tokens.shape[0]):
+    for layer, rec in gpt2.iter_layers(model.params, tokens[w:w + 1], model.config,
+                                       normalizer=normalizer, temperature=temperature,
+                                       layers=kept):
+      yield w, layer, rec
+
+
 def _kept_layers(layers, n_layer: int) -> tuple[int, ...]:
   if layers is None:
     return tuple(range(n_layer))

@@ -269,3 +269,16 @@ def test_tiny_heldout_loss_matches_card_with_hf_transformers():
   probe = report["probe"]
   ours = tt.heldout_loss(tiny.params, tiny.config, windows[:probe["windows"]], 2)
   assert abs(ours - probe["nats_per_token"]) < 1e-4
+
+
+def test_iter_model_layers_matches_forward(model, text_file):
+  tokens = sources.corpus_windows(model, 10, 2, text=text_file)
+  seen = []
+  for w, layer, rec in sources.iter_model_layers(model, 10, 2, layers=[0, 1], text=text_file):
+    full = gpt2.forward(model.params, tokens[w:w + 1], model.config).attn
+    # Same math compiled differently (scan vs one layer per call): float32 rounding only.
+    np.testing.assert_allclose(np.asarray(rec.weights), np.asarray(full.weights[layer]),
+                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(rec.v), np.asarray(full.v[layer]), atol=1e-5)
+    seen.append((w, layer))
+  assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]

@@ -435,7 +435,8 @@ def main(argv):
   eps_mach = float(np.finfo(dtype).eps)
   from limits import jacobians
   dtype_tol = {"exact": jacobians.EXACT_TOL[np.dtype(dtype)],
-               "matfree": {"atol": 1e3 * eps_mach, "rtol": 1e-6 if FLAGS.x64 else 1e-3},
+               # power iteration converges linearly at (σ2/σ1)² per step: 1e-3 relative
+               "matfree": {"atol": 1e3 * eps_mach, "rtol": 1e-3},
                "violation_rtol": 100 * eps_mach}
   print(f"gradient: {name} {params or ''} source={FLAGS.source} rows={rows.shape[0]} L={L} "
         f"exact rows={len(exact_idx)} ({'dense' if dense else 'matrix-free'}) "

@@ -207,6 +207,7 @@ def softmax_closed_form_norm(logits, temperature, mask=None) -> Array:
 
   lo, hi = jax.lax.fori_loop(0, _bisect_iters(a.dtype), body, (a2, a1))
   lam = jnp.where(a1 - a2 > 0, (lo + hi) / 2, a1)
+  lam = jnp.where(a2 > 0, lam, 0)  # α_(2) = 0 means α is one-hot (or zero): J = 0 exactly
   T = jnp.asarray(temperature, a.dtype)
   T = T[..., 0] if T.ndim and T.shape[-1:] == (1,) and T.ndim == a.ndim else T
   return lam[..., 0] / T
@@ -352,9 +353,12 @@ def compare(fn: Callable, logits, *, mask=None, closed: Callable | None = None, 
   """
   dt = _dtype(logits)
   fd_eps = FD_EPS[dt] if fd_eps is None else fd_eps
-  J = exact(fn, logits, "fwd", mask)
-  return compare_arrays(
-      J, exact(fn, logits, "rev", mask),
-      None if closed is None else _call(closed, logits, mask),
-      finite_difference(fn, logits, fd_eps, mask), fd_eps=fd_eps, exact_tol=exact_tol,
-      fd_tol=fd_tol)
+
+  @jax.jit  # one compile instead of one per primitive
+  def all_jacobians(l, m):
+    return (exact(fn, l, "fwd", m), exact(fn, l, "rev", m),
+            None if closed is None else _call(closed, l, m),
+            finite_difference(fn, l, fd_eps, m))
+
+  Jf, Jr, Jc, Jd = all_jacobians(jnp.asarray(logits), mask)
+  return compare_arrays(Jf, Jr, Jc, Jd, fd_eps=fd_eps, exact_tol=exact_tol, fd_tol=fd_tol)

@@ -1,6 +1,8 @@
 """limits.normalizers against independent references: the ``entmax`` PyTorch package, optax's
 simplex projection, scipy's softmax, NumPy re-derivations, and the exact sort-based forms."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,18 @@ from limits.errors import LimitsError
 # float64 references are exact up to rounding: 1e-12 absolute on weights in [0, 1] leaves room
 # for the sort/cumsum (sparsemax, entmax15) and the 64-step bisection (entmax: bracket 2^-64).
 TOL64 = 1e-12
+
+
+_JIT = {}
+
+
+def jit(f, **static):
+  """jax.jit(f) with keyword parameters bound, cached: one compile per function and shape
+  instead of one per primitive (eager mode), which keeps this file fast."""
+  key = (f, tuple(sorted(static.items())))
+  if key not in _JIT:
+    _JIT[key] = jax.jit(functools.partial(f, **static))
+  return _JIT[key]
 
 
 def _rows(seed, shape, scale=2.0):
@@ -56,7 +70,7 @@ def _per_row_reference(ref, x, m):
 def test_sparsemax_matches_entmax_package_and_optax(shape):
   with jax.enable_x64(True):
     x = _rows(0, shape)
-    got = np.asarray(N.sparsemax(x))
+    got = np.asarray(jit(N.sparsemax)(x))
     ref_torch = entmax_ref.sparsemax(_torch(x), dim=-1).numpy()
     ref_optax = np.asarray(jax.vmap(optax.projections.projection_simplex)(jnp.asarray(x)))
     np.testing.assert_allclose(got, ref_torch, atol=TOL64)
@@ -67,7 +81,7 @@ def test_sparsemax_matches_entmax_package_and_optax(shape):
 def test_entmax_bisection_matches_entmax_package(alpha):
   with jax.enable_x64(True):
     x = _rows(1, (6, 9))
-    got = np.asarray(N.entmax(x, alpha))
+    got = np.asarray(jit(N.entmax, alpha=alpha)(x))
     ref = entmax_ref.entmax_bisect(_torch(x), alpha=alpha, dim=-1, n_iter=200).numpy()
     np.testing.assert_allclose(got, ref, atol=TOL64)
 
@@ -75,10 +89,10 @@ def test_entmax_bisection_matches_entmax_package(alpha):
 def test_entmax_exact_forms_agree():
   with jax.enable_x64(True):
     x = _rows(2, (8, 11), scale=3.0)
-    e15 = np.asarray(N.entmax15_exact(x))
+    e15 = np.asarray(jit(N.entmax15_exact)(x))
     np.testing.assert_allclose(e15, entmax_ref.entmax15(_torch(x), dim=-1).numpy(), atol=TOL64)
-    np.testing.assert_allclose(np.asarray(N.entmax(x, 1.5)), e15, atol=TOL64)
-    np.testing.assert_allclose(np.asarray(N.entmax(x, 2.0)), np.asarray(N.sparsemax(x)),
+    np.testing.assert_allclose(np.asarray(jit(N.entmax, alpha=1.5)(x)), e15, atol=TOL64)
+    np.testing.assert_allclose(np.asarray(jit(N.entmax, alpha=2.0)(x)), np.asarray(jit(N.sparsemax)(x)),
                                atol=TOL64)
 
 
@@ -87,9 +101,9 @@ def test_entmax_near_one_approaches_softmax():
   # unit-scale logits), so 1e-2 is loose enough yet fails for α = 1.5 (differences ~0.1).
   with jax.enable_x64(True):
     x = _rows(3, (4, 6), scale=1.0)
-    np.testing.assert_allclose(np.asarray(N.entmax(x, 1.001)), scipy.special.softmax(x, -1),
+    np.testing.assert_allclose(np.asarray(jit(N.entmax, alpha=1.001)(x)), scipy.special.softmax(x, -1),
                                atol=1e-2)
-    assert np.abs(np.asarray(N.entmax(x, 1.5)) - scipy.special.softmax(x, -1)).max() > 5e-2
+    assert np.abs(np.asarray(jit(N.entmax, alpha=1.5)(x)) - scipy.special.softmax(x, -1)).max() > 5e-2
 
 
 @pytest.mark.parametrize("T", [1e-2, 0.7, 8.0])
@@ -97,7 +111,7 @@ def test_softmax_with_temperature_matches_scipy_and_general(T):
   with jax.enable_x64(True):
     x = _rows(4, (5, 10), scale=3.0)
     ref = scipy.special.softmax(x / T, axis=-1)
-    np.testing.assert_allclose(np.asarray(N.softmax(x, T)), ref, atol=TOL64)
+    np.testing.assert_allclose(np.asarray(jit(N.softmax)(x, T)), ref, atol=TOL64)
     # Eq. 3 with F = exp(l/T) after a row shift (F is positive and L-independent).
     shift = x.max(-1, keepdims=True)
     got = np.asarray(N.general(x - shift, lambda l: jnp.exp(l / T)))
@@ -119,7 +133,7 @@ def test_ssmax_uses_visible_count_not_row_length():
     for i, t in enumerate([1, 3, 7, 12]):
       m[i, :t] = True
     s = 0.8
-    got = np.asarray(N.ssmax(x, s, m))
+    got = np.asarray(jit(N.ssmax)(x, s, m))
     for i, t in enumerate([1, 3, 7, 12]):
       ref = scipy.special.softmax(s * np.log(t) * x[i, :t])
       np.testing.assert_allclose(got[i, :t], ref, atol=TOL64)
@@ -133,7 +147,7 @@ def test_sa_softmax_is_z_times_softmax_and_not_a_distribution():
     x = _rows(7, (3, 5))
     T = 0.5
     ref = (x / T) * scipy.special.softmax(x / T, axis=-1)
-    got = np.asarray(N.sa_softmax(x, T))
+    got = np.asarray(jit(N.sa_softmax)(x, T))
     np.testing.assert_allclose(got, ref, atol=TOL64)
     assert np.abs(got.sum(-1) - 1).max() > 1e-3  # documented: not a probability vector
 
@@ -151,7 +165,7 @@ def test_masked_rows_equal_reference_on_visible_subset(name, ref):
   with jax.enable_x64(True):
     x = _rows(8, (10, 9))
     m = _ragged_mask(x.shape, 9)
-    got = np.asarray(N.get(name)(x, m))
+    got = np.asarray(jax.jit(N.get(name))(x, m))
     np.testing.assert_allclose(got, _per_row_reference(ref, x, m), atol=TOL64)
     assert np.all(got[~m] == 0)
 
@@ -162,10 +176,10 @@ def test_fully_masked_row_is_zero_with_zero_gradient(name):
     x = _rows(10, (2, 5))
     m = np.array([[False] * 5, [True, True, False, True, False]])
     fn = N.get(name)
-    y = np.asarray(fn(x, m))
-    np.testing.assert_array_equal(y[0], 0)
     w = jnp.asarray(_rows(11, (2, 5)))
-    g = np.asarray(jax.grad(lambda l: jnp.sum(fn(l, m) * w))(jnp.asarray(x)))
+    y, g = jax.jit(lambda l: (fn(l, m), jax.grad(lambda l: jnp.sum(fn(l, m) * w))(l)))(x)
+    y, g = np.asarray(y), np.asarray(g)
+    np.testing.assert_array_equal(y[0], 0)
     assert np.all(np.isfinite(g))
     np.testing.assert_array_equal(g[0], 0)
     np.testing.assert_array_equal(g[1][~m[1]], 0)

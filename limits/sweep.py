@@ -22,15 +22,22 @@ Execution (JAX's own sharding, no home-made scheduler):
 - Randomness: ``run_key = jax.random.key(seed)``; the key of a cell is
   ``fold_in(fold_in(run_key, hi), lo)`` where ``hi, lo`` are the two 32-bit halves of the cell
   id. It depends only on the seed and the cell's parameters, never on its position, the batch,
-  the device count or on resuming. Computations are per cell, so the numbers do not depend on
-  which cells share a batch; with the same ``batch_size`` and backend they are bitwise identical
-  for 1 or 8 devices and for interrupted-and-resumed vs uninterrupted runs (the tests check it).
+  the device count or on resuming. Batches are cut from the full grid at fixed places (a resumed
+  run recomputes a partly finished batch whole and appends only the missing cells), so an
+  interrupted-and-resumed run is bitwise identical to an uninterrupted one with the same
+  settings. Runs on any k >= 2 devices with the same ``batch_size`` compile the same per-device
+  program and agree bitwise; a 1-device program is compiled without partitioning, which XLA may
+  fuse differently, so float results can differ from multi-device ones in the last bits (the
+  tests measure both).
 
 Store (one run directory):
 
 - ``sweep.json``: manifest with the experiment, the config that determines the numbers (seed,
   x64, extra) and the full grid. Re-running in the same directory with a different experiment,
-  grid or config is a :class:`~limits.errors.LimitsError`, never silent mixing.
+  grid or config is a :class:`~limits.errors.LimitsError`, never silent mixing. Execution
+  settings (``batch_size``, devices) are not part of it: a run may resume with fewer devices
+  or a smaller batch (after running out of memory, say); cells computed before and after may
+  then differ in the last bits, as explained above.
 - ``records.<process_index>.jsonl``: append-only, one JSON record per finished cell per line,
   ``{"cell", "id", "index", "result", "sha256"}``; ``sha256`` is over the exact bytes of the
   record before the ``sha256`` field. Each batch's lines are appended with one write, then

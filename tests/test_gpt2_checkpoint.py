@@ -83,6 +83,18 @@ def test_keys_without_prefix_with_buffers_and_stored_tied_head(saved, params):
   _assert_same(loaded, params)
 
 
+def test_float16_and_bfloat16_weights_load_as_float32(saved, params):
+  import ml_dtypes
+
+  for dt in (np.float16, ml_dtypes.bfloat16):
+    gpt2.save(saved, CONFIG, params)  # fresh float32 file each time (no double rounding)
+    _rewrite(saved, lambda t: {k: v.astype(dt) for k, v in t.items()})
+    _, loaded = gpt2.load(saved)
+    want = jax.tree_util.tree_map(lambda a: np.asarray(a).astype(dt).astype(np.float32), params)
+    _assert_same(loaded, want)
+    assert loaded["wte"]["weight"].dtype == np.float32
+
+
 def test_sharded_safetensors_with_index(saved, params):
   tensors = load_file(str(saved / "model.safetensors"))
   (saved / "model.safetensors").unlink()

@@ -127,18 +127,8 @@ def _read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
   if not path.is_file():
     raise LimitsError(f"{path}: weight file is missing")
   try:
-    out = {}
-    with safe_open(str(path), framework="numpy") as f:
-      names = list(f.keys())
-      for name in names:
-        try:
-          out[name] = f.get_tensor(name)
-        except Exception:  # noqa: BLE001 - numpy lacks bfloat16: fall back to JAX arrays.
-          with safe_open(str(path), framework="flax") as g:
-            out[name] = np.asarray(g.get_tensor(name).astype("float32"))
-    return out
-  except LimitsError:
-    raise
+    with safe_open(str(path), framework="numpy") as f:  # bfloat16 arrives via ml_dtypes
+      return {name: f.get_tensor(name) for name in f.keys()}
   except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file.
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     raise LimitsError(f"{path}: corrupt or truncated safetensors file ({msg})") from None
@@ -235,6 +225,8 @@ def _weight_file(directory: pathlib.Path) -> pathlib.Path:
 def _normalise_names(raw: dict[str, np.ndarray], config: Config,
                      source: pathlib.Path) -> dict[str, np.ndarray]:
   """Strips the ``transformer.`` prefix, drops buffers, checks presence/shape/finiteness."""
+  import jax.numpy as jnp
+
   expected = model_lib.checkpoint_shapes(config)
   flat, unexpected = {}, []
   for key, value in raw.items():
@@ -268,9 +260,9 @@ def _normalise_names(raw: dict[str, np.ndarray], config: Config,
     if tuple(value.shape) != shape:
       raise LimitsError(f"{source}: {name} has shape {tuple(value.shape)}, config expects "
                         f"{shape}")
-    if not np.issubdtype(value.dtype, np.floating):
+    if not jnp.issubdtype(value.dtype, jnp.floating):  # ml_dtypes-aware (bfloat16)
       raise LimitsError(f"{source}: {name} has non-float dtype {value.dtype}")
-    if not np.all(np.isfinite(value)):
+    if not np.all(np.isfinite(value.astype(np.float32) if value.dtype.itemsize < 4 else value)):
       raise LimitsError(f"{source}: {name} contains non-finite values (NaN or inf)")
   return flat
 

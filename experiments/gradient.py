@@ -32,8 +32,6 @@ import math
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
@@ -123,6 +121,8 @@ def normalizer_params(name: str, alpha: float, s: float) -> dict:
 
 def synthetic_rows(key, rows: int, length: int, scale: float, dtype):
   """(rows, L) i.i.d. N(0, scale²) logits, all visible."""
+  import jax
+
   x = scale * jax.random.normal(key, (rows, length), dtype)
   return np.asarray(x), np.ones((rows, length), bool)
 
@@ -141,6 +141,25 @@ def model_rows(model_spec, length, windows, text, data_dir):
 # ----------------------------------------------------------------------------- kernels
 
 
+def _lazy_jit(static_argnames=()):
+  """jax.jit applied on first call, so a bad flag is reported without importing JAX."""
+
+  def deco(f):
+    compiled = []
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+      if not compiled:
+        import jax
+
+        compiled.append(jax.jit(f, static_argnames=static_argnames))
+      return compiled[0](*args, **kwargs)
+
+    return wrapper
+
+  return deco
+
+
 def _make_fn(name: str, params: dict):
   from limits import normalizers
 
@@ -152,9 +171,12 @@ def _make_fn(name: str, params: dict):
   return fn
 
 
-@functools.partial(jax.jit, static_argnames=("name", "params_items", "dense", "iters"))
+@_lazy_jit(static_argnames=("name", "params_items", "dense", "iters"))
 def _exact_block(l, m, T, *, name, params_items, dense, iters=100):
   """Exact norms ‖J‖₂ of a block of rows, plus the closed-form norm (or -1 where none)."""
+  import jax
+  import jax.numpy as jnp
+
   from limits import jacobians
 
   params = dict(params_items)
@@ -182,9 +204,10 @@ def _exact_block(l, m, T, *, name, params_items, dense, iters=100):
   return norm, closed_norm, err, scale
 
 
-@functools.partial(jax.jit, static_argnames=("name", "params_items"))
+@_lazy_jit(static_argnames=("name", "params_items"))
 def _check_block(l, m, T, fd_eps, *, name, params_items):
   """jacfwd, jacrev and central-difference Jacobians of a few rows."""
+
   from limits import jacobians
 
   fn = _make_fn(name, dict(params_items))
@@ -193,16 +216,18 @@ def _check_block(l, m, T, fd_eps, *, name, params_items):
           jacobians.finite_difference(f, l, fd_eps, m))
 
 
-@functools.partial(jax.jit, static_argnames=("name", "params_items"))
+@_lazy_jit(static_argnames=("name", "params_items"))
 def _g_block(l, m, T, eps, key, *, name, params_items):
+
   from limits import jacobians
 
   fn = _make_fn(name, dict(params_items))
   return jacobians.fd_sensitivity(lambda x, mm: fn(x, mm, T), l, eps, key, m)
 
 
-@functools.partial(jax.jit)
+@_lazy_jit()
 def _softmax_norm_all(l, m, T):
+
   from limits import jacobians
 
   return jacobians.softmax_closed_form_norm(l, T, m)
@@ -219,6 +244,9 @@ def _chunks(n: int, size: int):
 def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params, key, *,
                     dense, groups=None, n_groups=None, dtype_tol, power_iters=100):
   """Every measurement at one temperature. Returns (summary dict, per-exact-row list)."""
+  import jax
+  import jax.numpy as jnp
+
   from limits import bounds, jacobians
 
   params_items = tuple(sorted(params.items()))
@@ -396,6 +424,8 @@ def findings(summaries, name, epsilons) -> dict:
 
 
 def main(argv):
+  import jax
+
   del argv
   cli.setup_precision(FLAGS.x64)
   from limits import normalizers

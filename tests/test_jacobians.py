@@ -33,14 +33,14 @@ def _mask(shape, seed):
 
 
 @functools.lru_cache(maxsize=None)
-def _jac_kernel(name, T):
+def _jac_kernel(name):
   """Jitted (jacfwd, jacrev, central differences, closed form) of l ↦ normalizer(l / T)."""
   fn = N.get(name)
-  f = lambda l, m: fn(l / T, m)
   cf = J.closed_form(name)
 
   @jax.jit
-  def k(l, m):
+  def k(l, m, T):
+    f = lambda x, mm: fn(x / T, mm)
     return (J.exact(f, l, "fwd", m), J.exact(f, l, "rev", m),
             J.finite_difference(f, l, J.FD_EPS[np.dtype(np.float64)] * T, m),
             cf(l / T, m) / T)
@@ -54,7 +54,7 @@ def test_exact_matches_jacrev_closed_form_and_central_differences(name, T):
   with jax.enable_x64(True):
     x = _rows(0, (6, L), scale=0.5 * T)  # z = l/T of unit-ish scale: sparse supports of 2+ keys
     m = _mask(x.shape, 1)
-    Jf, Jr, Jd, Jc = _jac_kernel(name, T)(x, m)
+    Jf, Jr, Jd, Jc = _jac_kernel(name)(x, m, T)
     # Tolerances: module constants (EXACT_TOL: rounding only; FD_TOL: O(h²) truncation with
     # h = 1e-5·T on a function that varies on scale T, plus eps/h rounding). Sparse normalizers
     # have kinks; random rows are ~1e-3 away from one, far beyond h.

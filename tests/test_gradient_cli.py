@@ -1,0 +1,117 @@
+"""experiments.gradient end to end in a subprocess: files written, the 1/(4T) finding reported,
+bad flags rejected with a one-line message and no traceback."""
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(*args, timeout=300):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "experiments.gradient", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def _assert_clean_failure(r):
+  assert r.returncode != 0, r.stdout + r.stderr
+  assert "Traceback" not in r.stderr + r.stdout
+  lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("Pass --help")]
+  lines = [l for l in lines if "xla_bridge" not in l and "libtpu" not in l]
+  assert len(lines) == 1, r.stderr  # one message line (absl adds a "Pass --help..." hint)
+  return lines[0]
+
+
+def test_single_temperature_end_to_end(tmp_path):
+  out = tmp_path / "run"
+  T = 0.25
+  r = run(f"--temperature={T}", "--rows=12", "--length=10", "--check_rows=4",
+          f"--out_dir={out}", "--seed=3")
+  assert r.returncode == 0, r.stderr
+  for f in ("results.json", "gradient.csv", "rows.csv", "gradient.png"):
+    assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+  res = json.loads((out / "results.json").read_text())
+  assert set(res) == {"experiment", "config", "env", "results"}
+  assert res["config"]["temperature"] == T and res["env"]["seed"] == 3
+  s = res["results"]["per_temperature"][0]
+  # Independent of the code under test: the bounds' closed forms at T.
+  assert s["paper_bound"] == pytest.approx(min(1 / (4 * T), math.sqrt(2)))
+  assert s["tight_bound"] == pytest.approx(1 / (2 * T))
+  # The counterexample row is reported and violates the paper's form (T‖J‖ = 1/2 > 1/4).
+  assert s["counterexample"]["T_norm"] == pytest.approx(0.5, rel=1e-12)
+  assert s["counterexample"]["exceeds_paper"] is True
+  verdicts = {v["claim"].split(":")[0]: v["verdict"] for v in res["results"]["verdicts"]}
+  assert verdicts["Corollary 3 as printed"] == "fails"
+  assert verdicts["tight spectral bound ||J||_2 <= 1/(2T)"] == "holds"
+  assert "1/(4T) finding" in r.stdout and "YES" in r.stdout
+  # Per-row flags agree with an independent recomputation from the per-row norms.
+  rows = list(csv.DictReader((out / "rows.csv").open()))
+  assert len(rows) == 12
+  norms = np.array([float(x["norm"]) for x in rows])
+  flags = np.array([x["exceeds_paper"] == "True" for x in rows])
+  np.testing.assert_array_equal(flags, norms > min(1 / (4 * T), math.sqrt(2)) * (1 + 1e-13))
+  assert s["n_exceed_paper"] == int(flags.sum())
+  assert np.all(norms <= 1 / (2 * T) * (1 + 1e-12))
+  # jacrev and central differences agreed with jacfwd within the stated tolerances.
+  assert s["checks"]["jacrev"]["ok"] and s["checks"]["fd"]["ok"] and s["closed_form"]["ok"]
+
+
+def test_model_source(tmp_path):
+  from limits.gpt2 import testing
+
+  text = tmp_path / "text.txt"
+  words = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
+           "But I warn you, if you don't tell me that this means war. ") * 40
+  text.write_text(words)
+  model = testing.make_random_model_dir(tmp_path / "model", n_layer=2, n_head=2, n_embd=16,
+                                        n_positions=32, text=words)
+  out = tmp_path / "model_run"
+  r = run("--source=model", f"--model={model}", f"--text={text}", "--length=12",
+          "--temperature=8", "--epsilons=0.01,1", "--rows=10", "--check_rows=2",
+          f"--out_dir={out}")
+  assert r.returncode == 0, r.stderr
+  res = json.loads((out / "results.json").read_text())["results"]
+  assert res["n_rows"] == 2 * 2 * 12  # layers × heads × queries
+  for s in res["per_temperature"]:
+    assert s["exact_rows"] == 10 and s["all_rows"] == 48
+    for g in s["g"].values():
+      assert "paper_stat_head" in g and g["paper_stat"] <= g["max"] + 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["entmax", "sparsemax", "ssmax", "sa_softmax"])
+def test_other_normalizers_and_long_rows(name, tmp_path):
+  out = tmp_path / name
+  # L = 40 > --dense_max_length=32: the matrix-free path.
+  r = run(f"--normalizer={name}", "--alpha=1.5", "--temperatures=0.5,2", "--rows=6",
+          "--length=40", "--dense_max_length=32", f"--out_dir={out}")
+  assert r.returncode == 0, r.stderr
+  res = json.loads((out / "results.json").read_text())["results"]
+  assert res["per_temperature"][0]["exact_method"].startswith("matfree")
+  assert (out / "gradient.png").is_file()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--temperature=-1"], "temperature"),
+    (["--temperature=0"], "temperature"),
+    (["--temperatures="], "temperatures"),
+    (["--temperatures=1,-2"], "temperature"),
+    (["--temperature=1", "--temperatures=1,2"], "either"),
+    (["--normalizer=nope"], "nope"),
+    (["--normalizer=entmax", "--alpha=1"], "alpha"),
+    (["--epsilons=0"], "epsilon"),
+    (["--source=web"], "source"),
+])
+def test_bad_flags_fail_cleanly(args, needle, tmp_path):
+  r = run(*args, f"--out_dir={tmp_path / 'bad'}", timeout=120)
+  line = _assert_clean_failure(r)
+  assert needle in line, line
+  assert not (tmp_path / "bad" / "results.json").exists()

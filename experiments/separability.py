@@ -161,7 +161,7 @@ def _run_model(out_dir, ns):
   fields = sp.LAYER_FIELDS
   sums = np.zeros((NL, H, K, len(fields)))
   dtype = jnp.float64 if FLAGS.x64 else jnp.float32
-  ns_arr = [jnp.int32(n) for n in ns]
+  ns_arr = jnp.asarray(ns, jnp.int32)
   meta = {"source": "model", "model": model.info(), "L": FLAGS.length, "M": FLAGS.radius,
           "windows": FLAGS.windows, "vectors": "per-head value vectors on the sphere (AMBIG-7)",
           "queries": "all queries, causal prefix, t <= N skipped (AMBIG-8)",
@@ -197,9 +197,8 @@ def _run_model(out_dir, ns):
         weights = rec.weights[0].astype(dtype)                         # (H, L, L)
         v = rec.v[0].astype(dtype)                                     # (H, L, d_head)
         del rec
-        for k, n in enumerate(ns_arr):
-          sums[layer, :, k] += np.asarray(sp.layer_sums(weights, v, n, FLAGS.radius,
-                                                        rule=FLAGS.rule), np.float64)
+        sums[layer] += np.asarray(sp.layer_sums(weights, v, ns_arr, FLAGS.radius,
+                                                rule=FLAGS.rule), np.float64)   # (H, K, F)
         prog.update(1)
         if w == 0 or layer == NL - 1:
           meta["seconds"] = round(time.perf_counter() - t0, 3)

@@ -72,10 +72,36 @@ def ranks(alpha, mask=None):
   return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
 
 
+def sort_desc(alpha, mask=None):
+  """Row-wise weights sorted in decreasing order, masked entries as -inf last. (..., L)."""
+  key = jnp.where(_visible(alpha, mask), alpha, -jnp.inf)
+  return -jnp.sort(-key, axis=-1)
+
+
+def _select(alpha, sorted_desc, visible, n):
+  """I_N from one sort: tokens above the N-th largest weight, plus ties at it by position.
+
+  Equals ``ranks(alpha, mask) < n`` (stable tie-breaking) without a second sort; n may be
+  traced.
+  """
+  L = alpha.shape[-1]
+  key = jnp.where(visible, alpha, -jnp.inf)
+  idx = jnp.clip(jnp.asarray(n, jnp.int32) - 1, 0, L - 1)
+  thr = jnp.take(sorted_desc, idx, axis=-1)[..., None]              # N-th largest weight
+  gt = (key > thr) & visible
+  eq = (key == thr) & visible
+  need = n - jnp.sum(gt, axis=-1, keepdims=True)
+  return (gt | (eq & (jnp.cumsum(eq, axis=-1) <= need))) & (n >= 1)
+
+
 @jax.jit
 def top_n_mask(alpha, n, mask=None):
-  """Boolean (..., L): the N visible tokens with the largest weights (I_N). n may be traced."""
-  return (ranks(alpha, mask) < n) & _visible(alpha, mask)
+  """Boolean (..., L): the N visible tokens with the largest weights (I_N). n may be traced.
+
+  Ties are broken by position (lower index first).
+  """
+  visible = _visible(alpha, mask)
+  return _select(alpha, sort_desc(alpha, mask), visible, n)
 
 
 @functools.partial(jax.jit, static_argnames=("rule",))
@@ -239,12 +265,13 @@ class RowStats(NamedTuple):
   upper: Any
 
 
-def row_stats(alpha, rank, visible, x, n, M, delta, *, rule: str = "strict",
+def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "strict",
               method: str = "gram") -> RowStats:
   """N_s/N, r and both bounds for rows of weights over one shared set of vectors.
 
   Args:
-    alpha: (R, L) weights; rank: (R, L) from ``ranks``; visible: (R, L) bool.
+    alpha: (R, L) weights; sorted_desc: (R, L) from ``sort_desc`` (computed once, reused for
+      every n); visible: (R, L) bool.
     x: (L, d) vectors shared by all rows; n: top-N size (may be traced); M: radius;
     delta: (R,) or scalar minimum pairwise distance for the bounds.
     method: "gram" uses ||a_i x_i - s||^2 = a_i^2 |x_i|^2 - 2 a_i <x_i, s> + |s|^2 (two matmuls,
@@ -252,7 +279,7 @@ def row_stats(alpha, rank, visible, x, n, M, delta, *, rule: str = "strict",
       max(a_i |x_i|, |s|), e.g. thousands of points in 2-3 dimensions in float32); "direct"
       forms the (R, L, d) differences (exact up to rounding of each difference).
   """
-  sel = (rank < n) & visible
+  sel = _select(alpha, sorted_desc, visible, n)
   a = jnp.where(visible, alpha, 0)
   w = jnp.where(sel, a, 0)
   s = w @ x                                                     # (R, d)
@@ -436,7 +463,7 @@ def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | No
     check(1 <= v <= L, f"n={v} must be in [1, L={L}]")
   ns = jnp.asarray(ns_list, jnp.int32)
   H, K = alphas.shape[0], len(ns_list)
-  rank = ranks(alphas)
+  rank = sort_desc(alphas)
   samples = int(samples)
   nd = int(devices) if devices else 1
   chunk = int(chunk) if chunk else _default_chunk(L, dim, H, K, with_bounds,
@@ -516,35 +543,43 @@ def normalize_to_sphere(v, M):
   return jnp.asarray(M, v.dtype) * v / jnp.where(norm > 0, norm, 1)
 
 
-def _head_prepare(weights, v, M):
-  """weights (L, L) causal, v (L, d) -> rank (L, L), visible (L, L), x (L, d), delta (L,)."""
-  L = weights.shape[-1]
-  visible = jnp.tril(jnp.ones((L, L), bool))
-  x = normalize_to_sphere(v, M)
-  return ranks(weights, visible), visible, x, prefix_min_pairwise_distance(x)
+def _head_sums(weights, v, ns, M, rule):
+  """One head: sums over queries with more than n visible keys (AMBIG-8), (K, len(LAYER_FIELDS)).
 
-
-def _head_sums(weights, v, n, M, rule):
-  """Per-head sums over queries with more than n visible keys (AMBIG-8): (len(LAYER_FIELDS),)."""
-  rank, visible, x, delta = _head_prepare(weights, v, M)
+  The sort of every attention row, the projection onto the sphere and the prefix deltas are
+  computed once and shared by every n in ``ns``.
+  """
   L = weights.shape[-1]
+  visible = jnp.tril(jnp.ones((L, L), bool))                 # causal prefix of each query
+  x = normalize_to_sphere(v, M)                              # (L, d)
+  srt = sort_desc(weights, visible)                          # (L, L)
+  delta = prefix_min_pairwise_distance(x)                    # (L,) delta of query t's prefix
   dl = jnp.where(jnp.isfinite(delta), delta, 0)
-  st = row_stats(weights, rank, visible, x, n, M, dl, rule=rule)
-  keep = jnp.arange(1, L + 1) > n                        # t = query index + 1 visible keys
-  z = lambda a: jnp.sum(jnp.where(keep, a, 0))
-  return jnp.stack([z(st.frac), z(st.lower), z(st.lower_raw), z(st.upper), z(st.r), z(dl),
-                    jnp.sum(keep).astype(weights.dtype)])
+
+  def one(n):
+    st = row_stats(weights, srt, visible, x, n, M, dl, rule=rule)
+    keep = jnp.arange(1, L + 1) > n                          # t = query index + 1 visible keys
+    z = lambda a: jnp.sum(jnp.where(keep, a, 0))
+    return jnp.stack([z(st.frac), z(st.lower), z(st.lower_raw), z(st.upper), z(st.r), z(dl),
+                      jnp.sum(keep).astype(weights.dtype)])
+
+  return jax.lax.map(one, ns)
 
 
 @functools.partial(jax.jit, static_argnames=("rule",))
-def layer_sums(weights, v, n, M, *, rule: str = "strict"):
-  """Sums for every head of one layer: weights (H, L, L), v (H, L, d) -> (H, F).
+def layer_sums(weights, v, ns, M, *, rule: str = "strict"):
+  """Sums for every head of one layer and every n: (H, K, F).
 
-  F = len(LAYER_FIELDS): sums over the kept queries of N_s/N, clipped and raw lower bound,
-  upper bound, r, delta, and the number of kept queries. Heads run one at a time (``lax.map``)
-  so memory is a few (L, L) arrays. ``n`` is traced: one compilation serves every N.
+  Args:
+    weights: (H, L, L) causal attention rows; v: (H, L, d) value vectors (projected onto
+      S^{d-1}(M) here); ns: (K,) int32 top-N values (traced: one compilation per K); M: radius.
+
+  F = len(LAYER_FIELDS): sums over the kept queries (t > n) of N_s/N, clipped and raw lower
+  bound, upper bound, r, delta, and the number of kept queries. Heads run one at a time
+  (``lax.map``) so memory is a few (L, L) arrays.
   """
-  return jax.lax.map(lambda wv: _head_sums(wv[0], wv[1], n, M, rule), (weights, v))
+  ns = jnp.atleast_1d(jnp.asarray(ns, jnp.int32))
+  return jax.lax.map(lambda wv: _head_sums(wv[0], wv[1], ns, M, rule), (weights, v))
 
 
 # --------------------------------------------------------------------------------------------

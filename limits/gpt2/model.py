@@ -323,7 +323,9 @@ def _check_layers(layers, config: Config) -> tuple[int, ...]:
 
 def _check_temperature(temperature, config: Config) -> jax.Array:
   if temperature is None:
-    return jnp.asarray(math.sqrt(config.d_head), jnp.float32)
+    # Default float dtype (float64 under x64), cast to the scores' dtype in the block: the
+    # same rounding of √d_head as HF's torch.full([], d_head ** 0.5, dtype=scores.dtype).
+    return jnp.asarray(math.sqrt(config.d_head))
   if not isinstance(temperature, jax.core.Tracer):
     t = float(temperature)
     if not (math.isfinite(t) and t > 0):

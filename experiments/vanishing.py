@@ -34,7 +34,7 @@ flags.DEFINE_integer("windows", 1, "Consecutive non-overlapping L-token windows 
 flags.DEFINE_string("lengths", "", "Comma-separated L values; default 32,64,...,min(1024, "
                     "context).")
 flags.DEFINE_integer("seed", 0, "Random seed (recorded; the computation is deterministic).")
-flags.DEFINE_bool("x64", False, "Compute the check in float64.")
+flags.DEFINE_bool("x64", True, "Compute the check in float64 (default; --nox64 for float32).")
 flags.DEFINE_string("out_dir", None, "Run directory (default results/vanishing/<time>).")
 flags.DEFINE_bool("plot", True, "Write vanishing.png.")
 flags.register_validator("windows", cli.positive, message="--windows must be a positive integer")

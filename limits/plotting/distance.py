@@ -28,14 +28,16 @@ def figure2(mode: str, summary, crit_rows, path, form: str = "sum"):
   d = "d_sum" if form == "sum" else "d_norm"
   if mode in ("vary_length", "vary_n"):
     xkey = "L" if mode == "vary_length" else "N"
-    for n_or_l in sorted({r["N" if mode == "vary_length" else "L"] for r in summary}):
-      rows = sorted((r for r in summary if r["N" if mode == "vary_length" else "L"] == n_or_l),
-                    key=lambda r: r[xkey])
-      xs = [r[xkey] for r in rows]
-      _series(ax, xs, rows, d, f"true d̃ ({form})", COLORS["d"])
-      _series(ax, xs, rows, "expected", "expectation E", COLORS["expected"])
-      _series(ax, xs, rows, "dmax_" + form, "bound d_max", COLORS["dmax"])
-      tag = f"N = {n_or_l}" if mode == "vary_length" else f"L = {n_or_l}"
+    other = "N" if mode == "vary_length" else "L"
+    values = {r[other] for r in summary}
+    # One panel: N = 5 (else the smallest N) for vary_length; the largest L for vary_n.
+    pick = (5 if 5 in values else min(values)) if mode == "vary_length" else max(values)
+    rows = sorted((r for r in summary if r[other] == pick), key=lambda r: r[xkey])
+    xs = [r[xkey] for r in rows]
+    _series(ax, xs, rows, d, f"true d̃ ({form})", COLORS["d"])
+    _series(ax, xs, rows, "expected", "expectation E", COLORS["expected"])
+    _series(ax, xs, rows, "dmax_" + form, "bound d_max", COLORS["dmax"])
+    tag = f"N = {pick}" if mode == "vary_length" else f"L = {pick}"
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length L" if mode == "vary_length" else "top-N")

@@ -71,11 +71,13 @@ flags.DEFINE_float("max_train_seconds", 0.0, "Stop training (checkpoint, evaluat
                    "after this many seconds of this run; 0 = no limit.")
 flags.DEFINE_integer("stop_after", 0, "Stop this run after this many total steps without "
                      "exporting (checkpoint only; for testing resume); 0 = off.")
+flags.DEFINE_bool("export_on_stop", False, "With --stop_after: evaluate and export the model at "
+                  "that step (reproduces a run that --max_train_seconds stopped early).")
 flags.DEFINE_bool("x64", False, "Use float64 (slow; float32 is the default for training).")
 flags.DEFINE_integer("log_every", 10, "Log the training loss every this many steps.")
 
-for _name in ("steps", "batch_size", "seq_len", "full_every", "ckpt_every", "n_layer", "n_head", "n_embd",
-              "n_positions", "eval_batch", "probe_windows", "log_every"):
+for _name in ("steps", "batch_size", "seq_len", "full_every", "ckpt_every", "n_layer", "n_head",
+              "n_embd", "n_positions", "eval_batch", "probe_windows", "log_every"):
   flags.register_validator(_name, lambda v: v is not None and v >= 1,
                            message=f"--{_name} must be a positive integer")
 for _name in ("lr", "clip_norm"):
@@ -399,9 +401,19 @@ def write_model_card(out_dir: Path, report: dict) -> Path:
       report["command"],
       "```",
       "",
+  ] + ([
+      f"The loop stopped (`--max_train_seconds` or `--stop_after`) after step "
+      f"{t['steps_done']} of {st['steps']} (the time guard keeps the run within its wall-clock "
+      f"budget on a shared CPU). These exact weights are step {t['steps_done']} of that schedule; to reproduce "
+      f"them without the time guard, append `--max_train_seconds=0 "
+      f"--stop_after={t['steps_done']} --export_on_stop` to the command. Without those flags "
+      f"a faster machine runs all {st['steps']} steps and gets a different (better) model.",
+      "",
+  ] if t["stopped_early"] else []) + [
       f"- Seed {st['seed']}; {t['steps_done']} steps of {st['batch_size']} x {st['seq_len']} "
       f"tokens ({full_desc}); {t['tokens_seen']:,} tokens seen = {t['epochs']:.2f} epochs."
-      + (" Stopped early by --max_train_seconds." if t["stopped_early"] else ""),
+      + (f" Stopped early at step {t['steps_done']} of {st['steps']}." if t["stopped_early"]
+         else ""),
       f"- AdamW (b1 0.9, b2 0.95, weight decay {st['weight_decay']} on weight matrices only), "
       f"peak learning rate {st['lr']}, linear warm-up {st['warmup_steps']} steps, cosine decay "
       f"to {st['min_lr_ratio']} x peak, gradient clipping at global norm {st['clip_norm']}; "
@@ -437,8 +449,10 @@ def write_model_card(out_dir: Path, report: dict) -> Path:
   lines += [
       "## Limitations",
       "",
-      "- Trained on one novel for minutes on a CPU: it writes Tolstoy-flavoured text, with "
-      "poor grammar over long spans, and knows nothing else.",
+      "- Trained on one novel for minutes on a CPU: it has learnt word statistics, names, "
+      "punctuation and dialogue layout, but its samples are barely grammatical and greedy "
+      "decoding loops. It is meant as a real trained attention pattern for the experiments, "
+      "not as a language model to use.",
       f"- {m['n_layer'] * m['n_head']} heads with d_head = {d_head}, not GPT-2's 144 heads with "
       "d_head = 64: head counts, temperatures and KS sample sizes in the experiments differ "
       "from the paper's. Conclusions about GPT-2 need `--model=gpt2`.",
@@ -561,7 +575,8 @@ def main(argv):
       stopped_early = True
       break
   checkpoint()
-  if FLAGS.stop_after and step < FLAGS.steps and not stopped_early:
+  if (FLAGS.stop_after and step < FLAGS.steps and not stopped_early
+      and not FLAGS.export_on_stop):
     _log(f"stopped after step {step} (--stop_after); resume by running the same command")
     return 0
 
@@ -609,7 +624,7 @@ def main(argv):
       "tokenizer": {"kind": "byte-level BPE (tokenizers), trained on the training split",
                     "vocab_size": tokenizer.vocab_size},
       "model": {"n_params": n_params, **config.to_hf()},
-      "training": {"steps_done": step, "stopped_early": stopped_early,
+      "training": {"steps_done": step, "stopped_early": step < FLAGS.steps,
                    "tokens_seen": position * FLAGS.seq_len,
                    "epochs": position / stream.per_epoch,
                    "train_seconds": float(meta["train_seconds"]),

@@ -206,11 +206,15 @@ def test_tiny_loads_and_matches_its_card():
   assert n_params == report["model"]["n_params"]
 
 
+def _max_weight(rec):
+  return jnp.max(rec.weights, axis=-1)  # (B, H, L): each query's largest attention weight
+
+
 def _mean_max_weight_ratio(params, config, tokens, first_query):
   """Per head: mean over queries t >= first_query of max_j alpha_tj, divided by the uniform
   value 1/(t+1) averaged the same way. ~1 for uniform attention."""
   rec = gpt2.forward(params, tokens, config, lm_head=False,
-                     record_fn=lambda r: jnp.max(r.weights, axis=-1))  # (n_layer, 1, H, L)
+                     record_fn=_max_weight).attn  # (n_layer, 1, H, L)
   mx = np.asarray(rec)[:, 0, :, first_query:]  # (n_layer, H, L - first_query)
   uniform = 1.0 / (np.arange(first_query, tokens.shape[1]) + 1)
   return mx.mean(-1) / uniform.mean()  # (n_layer, H)
@@ -225,11 +229,12 @@ def test_tiny_attention_is_far_from_uniform_unlike_random_init():
   trained = _mean_max_weight_ratio(tiny.params, tiny.config, tokens, 32)
   random = _mean_max_weight_ratio(gpt2.init_params(jax.random.key(0), tiny.config),
                                   tiny.config, tokens, 32)
-  # Queries t >= 32 have uniform weight <= 1/33. At GPT-2 initialisation q·k ~ 0, so the max
-  # weight stays within a factor 1.5 of uniform for every head; the trained model's heads
-  # concentrate: averaged over heads the max weight is > 5x uniform (measured ~{see report}).
+  # Queries t >= 32 have uniform weight <= 1/33. At GPT-2 initialisation q·k ~ 0, so every
+  # head's max weight stays within a factor 1.5 of uniform (measured <= 1.13). The trained
+  # model's heads concentrate: measured mean 8.2x and median 7.5x uniform over its 16 heads
+  # (layer 0 stays near 1.3-1.7x); the thresholds leave a factor ~2 of margin.
   assert np.all(random < 1.5), random
-  assert trained.mean() > 5.0, trained
+  assert trained.mean() > 4.0, trained
   assert np.median(trained) > 3.0, trained
 
 

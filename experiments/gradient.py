@@ -487,7 +487,15 @@ def main(argv):
   elapsed = time.perf_counter() - t0
 
   table = format_table(summaries, epsilons, name)
+  legend = ("columns: paper = min{1/(4T), sqrt 2}; tight = 1/(2T); max||J|| over the exact rows; "
+            ">paper/>tight = exact rows above each bound; all>paper = all rows (O(L) closed-form "
+            "norm); cex = tied-top-two row; g(eps) = "
+            + ("max over (layer, head) of the token-mean g" if FLAGS.source == "model"
+               else "mean over rows of g")
+            + "; |Δ| = max abs difference of jacfwd vs closed form / central differences "
+            "('!' = above tolerance)")
   print(table)
+  print(legend)
   res = {"source": source_info, "normalizer": name, "params": params,
          "temperatures": temps, "epsilons": epsilons, "length": L, "n_rows": int(rows.shape[0]),
          "per_temperature": summaries, "seconds": elapsed}
@@ -504,6 +512,7 @@ def main(argv):
     print(msg)
     res["finding_1_over_4T"] = msg
   res["table"] = table
+  res["table_legend"] = legend
   results_lib.write_results(out_dir, EXPERIMENT, results_lib.flags_config(FLAGS, CONFIG_FLAGS),
                             res, seed=FLAGS.seed)
   csv_rows = []

@@ -67,7 +67,7 @@ def test_weight_decay_only_on_weight_matrices():
   opt = tt.make_optimizer(10, 1e-2, 0, 0.1, 0.5, 1.0, params)[0]
   state = opt.init(params)
   zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-  updates, _ = opt.update(zeros, state, params)
+  updates, _ = jax.jit(opt.update)(zeros, state, params)
   flat = {jax.tree_util.keystr(p): np.asarray(u)
           for p, u in jax.tree_util.tree_leaves_with_path(updates)}
   # With zero gradients, AdamW's only update is -lr * wd * param: nonzero exactly for decayed
@@ -212,6 +212,7 @@ def test_cli_writes_a_loadable_model_directory(trained):
   assert "not GPT-2" in (model_dir / "MODEL_CARD.md").read_text()
 
 
+@pytest.mark.slow  # two more subprocess runs; the in-process resume test covers the default run
 def test_cli_resume_is_exact(trained, text_file, tmp_path):
   args = CLI_ARGS + [f"--text={text_file}", f"--out_dir={tmp_path / 'model'}",
                      f"--ckpt_dir={tmp_path / 'ckpt'}"]

@@ -67,7 +67,7 @@ def _x64():
 RTOL = 1e-9
 
 
-@pytest.mark.parametrize("L,d,n", [(7, 3, 1), (20, 5, 6)])
+@pytest.mark.parametrize("L,d,n", [(20, 5, 6)])  # N = 1 is covered by the multi-N test
 def test_single_row_functions_match_numpy_loop(L, d, n):
   rng = np.random.default_rng(L * 100 + n)
   a, x = random_row(rng, L, d, sharp=2.0)
@@ -223,7 +223,7 @@ def test_bound_is_not_vacuous_detector():
 
 
 # ---- Theorem 1 part 2: E ≤ E[d̃] ≤ E + ε against Monte Carlo ---------------------------------
-@pytest.mark.parametrize("L,d,n,sharp", [(30, 4, 3, 0.5), (40, 8, 6, 2.0), (25, 3, 10, 4.0)])
+@pytest.mark.parametrize("L,d,n,sharp", [(30, 4, 3, 0.5), (25, 3, 10, 4.0)])
 def test_expectation_brackets_monte_carlo(L, d, n, sharp):
   rng = np.random.default_rng(L + n)
   a, x = random_row(rng, L, d, sharp=sharp)

@@ -59,7 +59,7 @@ def main(argv):
   import jax.numpy as jnp
   import numpy as np
 
-  from limits import distance, gpt2, stats
+  from limits import distance, gpt2
 
   lengths = [int(v) for v in FLAGS.lengths.split(",")]
   L_max = max(lengths)

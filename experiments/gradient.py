@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import time
 
 import numpy as np
@@ -174,7 +173,6 @@ def _make_fn(name: str, params: dict):
 @_lazy_jit(static_argnames=("name", "params_items", "dense", "iters"))
 def _exact_block(l, m, T, *, name, params_items, dense, iters=100):
   """Exact norms ‖J‖₂ of a block of rows, plus the closed-form norm (or -1 where none)."""
-  import jax
   import jax.numpy as jnp
 
   from limits import jacobians

@@ -21,7 +21,6 @@ and at the end ``results.json`` and ``records.csv`` with every record in grid or
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from absl import app, flags

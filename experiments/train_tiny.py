@@ -257,8 +257,6 @@ def eval_windows(tokens, seq_len: int, max_windows: int | None = None):
 
 def heldout_loss(params, config, windows, batch: int, sum_nll=None) -> float:
   """Mean nats/token over the targets of ``windows (W, L+1)``."""
-  import numpy as np
-
   sum_nll = sum_nll or make_sum_nll(config)
   total = 0.0
   for i in range(0, windows.shape[0], batch):

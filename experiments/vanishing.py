@@ -8,7 +8,8 @@ the softmax weights at the model's own temperature T = √d_head on the raw q·k
 
 The check is done in log space, log α_i = l_i/T − logsumexp_j(l_j/T), so neither an underflowed
 weight nor an overflowing band can fake a result. The band is the one of
-``limits.bounds.corollary1_band`` (tests check that the two agree). Per head the last query
+``limits.bounds.corollary1_band``; the check itself is ``limits.bounds.corollary1_causal_check``
+(tests check that the two agree). Per head the last query
 (which sees all L keys) gives max α·L and min α·L, plotted against L with the band.
 
 Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` (verdicts).
@@ -18,7 +19,6 @@ Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` 
 
 from __future__ import annotations
 
-import functools
 import time
 
 from absl import app, flags
@@ -43,40 +43,13 @@ EXPERIMENT = "vanishing"
 CONFIG_FLAGS = ("model", "text", "data_dir", "windows", "lengths", "seed", "x64")
 
 
-def layer_check(scores, q, k, temperature):
-  """Per (B, H): Corollary 1 check over every query, and the last query's values (natural log).
-
-  scores (B, H, L, L) raw q·k; q, k (B, H, L, d). Returns a dict of (B, H) arrays.
-  """
-  import jax
-  import jax.numpy as jnp
-
-  L = scores.shape[-1]
-  vis = jnp.tril(jnp.ones((L, L), bool))  # (L, L) query t sees keys <= t
-  logits = jnp.where(vis, scores / temperature, -jnp.inf)
-  lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # (B, H, L, 1)
-  logw = logits - lse
-  log_n = jnp.log(jnp.arange(1, L + 1, dtype=logits.dtype))[:, None]  # (L, 1)
-  log_max = jnp.max(jnp.where(vis, logw, -jnp.inf), axis=-1, keepdims=True) + log_n
-  log_min = jnp.min(jnp.where(vis, logw, jnp.inf), axis=-1, keepdims=True) + log_n
-  knorm = jnp.linalg.norm(k, axis=-1)  # (B, H, L)
-  kmax = jax.lax.cummax(knorm, axis=knorm.ndim - 1)  # max_{i<=t} ‖k_i‖
-  band = 2.0 * jnp.linalg.norm(q, axis=-1) * kmax / temperature  # (B, H, L) = 2Δ/T
-  log_max, log_min = log_max[..., 0], log_min[..., 0]
-  viol = (log_max > band) | (log_min < -band)
-  return {"violations": jnp.sum(viol, axis=-1), "queries": jnp.full(viol.shape[:-1], L),
-          "min_margin": jnp.min(jnp.minimum(band - log_max, log_min + band), axis=-1),
-          "log_max_last": log_max[..., -1], "log_min_last": log_min[..., -1],
-          "band_last": band[..., -1]}
-
-
 def main(argv):
   del argv
   cli.setup_precision(FLAGS.x64)
   import jax
   import numpy as np
 
-  from limits import gpt2
+  from limits import bounds, gpt2
   from limits import results as res
   from limits import sources, stats
   from limits.errors import check
@@ -100,7 +73,7 @@ def main(argv):
                                            data_dir=FLAGS.data_dir) for L in lengths}
   T = model.native_temperature
   dtype = np.float64 if FLAGS.x64 else np.float32
-  check_fn = jax.jit(layer_check)
+  check_fn = jax.jit(bounds.corollary1_causal_check)
   c = model.config
   ln10 = np.log(10.0)
   per_head, summary, timings = [], [], {}

@@ -10,6 +10,7 @@
   bound for F = e^{l/T} written without under/overflow of F itself.
 - :func:`softmax_jacobian_bound` — Corollary 3 as printed, min{1/(4T), √2} (``form="paper"``),
   and the tight spectral bound 1/(2T) (``form="tight"``).
+- :func:`corollary1_causal_check` — Corollary 1 over every query of a causal layer, in log space.
 
 **The paper's form is not a bound on the spectral norm.** J = (diag α − ααᵀ)/T and
 vᵀ(diag α − ααᵀ)v = Var_α(v) ≤ (max v − min v)²/4 ≤ 1/2 for a unit v, so ‖J‖₂ ≤ 1/(2T), with
@@ -104,6 +105,35 @@ def corollary1_band(q, k, temperature, mask=None) -> tuple[Array, Array]:
 
 
 # ----------------------------------------------------------------------------- Lemma 2
+
+
+def corollary1_causal_check(scores, q, k, temperature):
+  """Corollary 1 on a causal attention layer, in log space: per (B, H), over every query t.
+
+  Checks e^{-2Δ_t/T} <= α_i·t <= e^{2Δ_t/T} with Δ_t = ‖q_t‖·max_{i<=t}‖k_i‖ (AMBIG-2) for the
+  softmax weights α = softmax(scores/T) over the causal prefix, using log α_i = l_i/T −
+  logsumexp(l/T), so neither an underflowed weight nor an overflowing band fakes a result.
+  Same band as ``corollary1_band``. Also returns the last query's values (natural log).
+
+  scores (B, H, L, L) raw q·k; q, k (B, H, L, d). Returns a dict of (B, H) arrays.
+  """
+  L = scores.shape[-1]
+  vis = jnp.tril(jnp.ones((L, L), bool))  # (L, L) query t sees keys <= t
+  logits = jnp.where(vis, scores / temperature, -jnp.inf)
+  lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # (B, H, L, 1)
+  logw = logits - lse
+  log_n = jnp.log(jnp.arange(1, L + 1, dtype=logits.dtype))[:, None]  # (L, 1)
+  log_max = jnp.max(jnp.where(vis, logw, -jnp.inf), axis=-1, keepdims=True) + log_n
+  log_min = jnp.min(jnp.where(vis, logw, jnp.inf), axis=-1, keepdims=True) + log_n
+  knorm = jnp.linalg.norm(k, axis=-1)  # (B, H, L)
+  kmax = jax.lax.cummax(knorm, axis=knorm.ndim - 1)  # max_{i<=t} ‖k_i‖
+  band = 2.0 * jnp.linalg.norm(q, axis=-1) * kmax / temperature  # (B, H, L) = 2Δ/T
+  log_max, log_min = log_max[..., 0], log_min[..., 0]
+  viol = (log_max > band) | (log_min < -band)
+  return {"violations": jnp.sum(viol, axis=-1), "queries": jnp.full(viol.shape[:-1], L),
+          "min_margin": jnp.min(jnp.minimum(band - log_max, log_min + band), axis=-1),
+          "log_max_last": log_max[..., -1], "log_min_last": log_min[..., -1],
+          "band_last": band[..., -1]}
 
 
 def lemma2_bound(F: Callable, dF: Callable, logits, mask=None) -> Array:

@@ -915,7 +915,6 @@ def _gradient_fn(static, params, keys, run_key):
   or "none" (no Jacobian outputs).
   """
   import jax
-  import jax.numpy as jnp
 
   from limits import jacobians, normalizers
 
@@ -1025,14 +1024,14 @@ def _separability_fn(static, params, keys, run_key):
 
   def one(t, m, z, n):
     alpha = separability_alpha(static["alpha_kind"], run_key, L, t, z, T.dtype)[None]  # (1, L)
-    rank = sep.ranks(alpha)
+    srt = sep.sort_desc(alpha)                     # (1, L) row_stats takes sorted weights
     visible = jnp.ones(alpha.shape, bool)
 
     def sample(i):
       x = sep.sphere_points(jax.random.fold_in(pkey, i), L, dim, m, alpha.dtype)  # (L, dim)
       delta = sep.min_pairwise_distance(x)
       dl = jnp.where(jnp.isfinite(delta), delta, 0)
-      st = sep.row_stats(alpha, rank, visible, x, n, m, dl)
+      st = sep.row_stats(alpha, srt, visible, x, n, m, dl)
       return jnp.stack([st.frac[0], st.r[0], delta, st.lower[0], st.lower_raw[0], st.upper[0]])
 
     out = jax.lax.map(sample, jnp.arange(S, dtype=jnp.int32), batch_size=chunk)  # (S, 6)

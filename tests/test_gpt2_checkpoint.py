@@ -6,7 +6,6 @@ must raise one LimitsError whose one-line message names the file and the problem
 """
 
 import json
-import pathlib
 import shutil
 
 import jax
@@ -16,7 +15,6 @@ from safetensors.numpy import load_file, save_file
 
 from limits import gpt2
 from limits.errors import LimitsError
-from limits.gpt2 import checkpoint
 from limits.gpt2 import model as model_lib
 
 CONFIG = gpt2.Config(n_layer=2, n_head=2, n_embd=8, n_positions=16, vocab_size=20)

@@ -60,10 +60,9 @@ def test_end_to_end(model_dir, tmp_path):
   np.testing.assert_allclose(float(got["log10_min_aL_last"]), np.log10(w.min() * 32), atol=1e-5)
 
 
-def test_layer_check_agrees_with_bounds_corollary1_band():
+def test_causal_check_agrees_with_bounds_corollary1_band():
   """The experiment's log-space band equals limits.bounds.corollary1_band (foundation module),
   and its violation counter fires on weights pushed outside the band."""
-  from experiments import vanishing
   from limits import bounds
 
   with jax.enable_x64(True):
@@ -72,14 +71,14 @@ def test_layer_check_agrees_with_bounds_corollary1_band():
     q = jnp.asarray(rng.normal(size=(B, H, L, d)) * 0.3)
     k = jnp.asarray(rng.normal(size=(B, H, L, d)) * 0.3)
     scores = jnp.einsum("bhqd,bhkd->bhqk", q, k)
-    out = vanishing.layer_check(scores, q, k, 2.0)
+    out = bounds.corollary1_causal_check(scores, q, k, 2.0)
     assert int(out["violations"].sum()) == 0
     lo, up = bounds.corollary1_band(q[..., -1, :], k, 2.0)  # bands for α (last query)
     # band_last = 2Δ/T  ⇔  upper·L = e^{2Δ/T}; float64, rtol 1e-12.
     np.testing.assert_allclose(np.exp(out["band_last"]), up * L, rtol=1e-12)
     np.testing.assert_allclose(np.exp(-out["band_last"]), lo * L, rtol=1e-12)
     # Scores inconsistent with q·k (scaled up 50x) put weights outside the band.
-    bad = vanishing.layer_check(scores * 50, q, k, 2.0)
+    bad = bounds.corollary1_causal_check(scores * 50, q, k, 2.0)
     assert int(bad["violations"].sum()) > 0
 
 

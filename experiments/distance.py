@@ -71,21 +71,10 @@ CONFIG_FLAGS = ("mode", "model", "text", "data_dir", "windows", "lengths", "ns",
 
 
 def _lengths(model, mode):
-  from limits.errors import check
-
   ctx = model.config.n_positions
-  if FLAGS.lengths.strip():
-    ls = sorted(set(cli.parse_ints(FLAGS.lengths, "lengths")))
-    for L in ls:
-      check(L >= 2, f"--lengths contains L={L}; every L must be >= 2")
-      check(L <= ctx, f"--lengths contains L={L}, beyond the context of model "
-            f"{model.name!r} (n_positions={ctx})")
-    return ls
-  top = min(1024, ctx)
-  if mode == "vary_n":
-    return [top]
-  ls = [L for L in (32, 64, 128, 256, 512, 1024) if L <= top]
-  return ls or [top]
+  if mode == "vary_n" and not FLAGS.lengths.strip():
+    return [min(1024, ctx)]
+  return cli.parse_lengths(FLAGS.lengths, ctx, model.name, minimum=2)
 
 
 def _ns(mode, lengths):

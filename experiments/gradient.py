@@ -381,6 +381,7 @@ def format_table(summaries, epsilons, name) -> str:
 
 
 def findings(summaries, name, epsilons) -> dict:
+  from limits import sensitivity
   from limits.results import verdict
 
   out = []
@@ -415,6 +416,9 @@ def findings(summaries, name, epsilons) -> dict:
       {f"{e:g}": sum(s["g"][f"{e:g}"]["n_above_sqrt2_over_eps"] for s in summaries)
        for e in epsilons},
       reason="" if simplex else "sa_softmax is not a probability vector"))
+  out += sensitivity.figure4_verdicts(
+      [s["T"] for s in summaries],
+      {f"{e:g}": [s["g"][f"{e:g}"]["paper_stat"] for s in summaries] for e in epsilons})
   return {"verdicts": out}
 
 

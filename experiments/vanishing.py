@@ -52,19 +52,10 @@ def main(argv):
   from limits import bounds, gpt2
   from limits import results as res
   from limits import sources, stats
-  from limits.errors import check
   from limits.progress import Progress
 
   model = sources.load_model(FLAGS.model)
-  ctx = model.config.n_positions
-  if FLAGS.lengths.strip():
-    lengths = sorted(set(cli.parse_ints(FLAGS.lengths, "lengths")))
-    for L in lengths:
-      check(L >= 1, f"--lengths contains L={L}; every L must be >= 1")
-      check(L <= ctx, f"--lengths contains L={L}, beyond the context of model {model.name!r} "
-            f"(n_positions={ctx})")
-  else:
-    lengths = [L for L in (32, 64, 128, 256, 512, 1024) if L <= min(1024, ctx)] or [ctx]
+  lengths = cli.parse_lengths(FLAGS.lengths, model.config.n_positions, model.name)
   out_dir = res.prepare_out_dir(FLAGS.out_dir, EXPERIMENT)
   config = res.flags_config(FLAGS, CONFIG_FLAGS)
   config.update({"lengths_used": lengths, "model_info": model.info(),

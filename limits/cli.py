@@ -69,6 +69,25 @@ def parse_ints(text: str, name: str) -> list[int]:
     raise LimitsError(f"--{name}={text!r} is not a comma-separated list of integers") from None
 
 
+PAPER_LENGTHS = (32, 64, 128, 256, 512, 1024)
+
+
+def parse_lengths(text: str, ctx: int, model_name: str, minimum: int = 1,
+                  name: str = "lengths") -> list[int]:
+  """Sorted unique sequence lengths from ``--lengths``, each in [minimum, ctx] (the model's
+  n_positions); empty text gives the paper's grid 32…1024 cut at min(1024, ctx) (or [ctx])."""
+  if not str(text).strip():
+    return [L for L in PAPER_LENGTHS if L <= min(1024, ctx)] or [ctx]
+  lengths = sorted(set(parse_ints(text, name)))
+  for L in lengths:
+    if L < minimum:
+      raise LimitsError(f"--{name} contains L={L}; every L must be >= {minimum}")
+    if L > ctx:
+      raise LimitsError(f"--{name} contains L={L}, beyond the context of model {model_name!r} "
+                        f"(n_positions={ctx})")
+  return lengths
+
+
 # Validators for flags.register_validator(name, fn, message=...): they return bool.
 def positive(value) -> bool:
   return value is None or value > 0

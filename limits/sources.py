@@ -79,6 +79,13 @@ def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
   return resolved if resolved.is_dir() else resolved.parent
 
 
+def model_config(spec: str | os.PathLike = DEFAULT_MODEL):
+  """The model's ``gpt2.Config`` (reads config.json only, not the weights)."""
+  from limits.gpt2 import checkpoint
+
+  return checkpoint.load_config(resolve_model_dir(spec))
+
+
 def load_model(spec: str | os.PathLike = DEFAULT_MODEL) -> Model:
   """Loads a model and its tokenizer; every failure is a one-line LimitsError.
 

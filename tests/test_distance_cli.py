@@ -2,34 +2,22 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.cli_helpers import REPO, make_model_and_texts, run_experiment
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-  from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
-
   root = tmp_path_factory.mktemp("distance_cli")
-  make_random_model_dir(root / "model", n_layer=2, n_head=3, n_embd=24, n_positions=64,
-                        vocab_size=300, seed=1)
-  (root / "text.txt").write_text(SAMPLE_TEXT * 6, encoding="utf-8")
-  (root / "empty.txt").write_text("", encoding="utf-8")
-  return root
+  return make_model_and_texts(root, n_layer=2, n_head=3, n_embd=24,
+                              n_positions=64, vocab_size=300, seed=1)
 
 
 def run(args, cwd=REPO):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("LIMITS_DATA_DIR", None)
-  return subprocess.run([sys.executable, "-m", "experiments.distance", *args], cwd=cwd, env=env,
-                        capture_output=True, text=True, timeout=300)
+  return run_experiment("distance", args, cwd=cwd)
 
 
 def common(root, out):

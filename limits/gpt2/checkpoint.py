@@ -208,6 +208,12 @@ def _read_config(directory: pathlib.Path) -> Config:
   return Config.from_hf(hf, source=str(path))
 
 
+def load_config(path_or_name) -> Config:
+  """The ``Config`` of a checkpoint (directory, file in it, or cached name) without its weights."""
+  p = resolve(path_or_name)
+  return _read_config(p if p.is_dir() else p.parent)
+
+
 def _weight_file(directory: pathlib.Path) -> pathlib.Path:
   for name in ("model.safetensors", "model.safetensors.index.json", "flax_model.msgpack"):
     if (directory / name).is_file():

@@ -1,0 +1,28 @@
+"""Shared set-up for the end-to-end CLI tests: a random-weight model directory with small texts,
+and a runner that calls ``python -m experiments.NAME`` the way a user would."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_model_and_texts(root: Path, *, repeat: int = 6, **model_kwargs) -> Path:
+  """root/model (random GPT-2, ``make_random_model_dir(**model_kwargs)``), root/text.txt
+  (the sample text ``repeat`` times) and root/empty.txt. Returns root."""
+  from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+
+  make_random_model_dir(root / "model", **model_kwargs)
+  (root / "text.txt").write_text(SAMPLE_TEXT * repeat, encoding="utf-8")
+  (root / "empty.txt").write_text("", encoding="utf-8")
+  return root
+
+
+def run_experiment(module: str, args, *, cwd=REPO, timeout: int = 300, env=None):
+  """Runs ``python -m experiments.<module> *args`` on CPU without the corpus; CompletedProcess."""
+  env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu")
+  env.pop("LIMITS_DATA_DIR", None)
+  return subprocess.run([sys.executable, "-m", f"experiments.{module}", *args], cwd=cwd, env=env,
+                        capture_output=True, text=True, timeout=timeout)

@@ -6,6 +6,7 @@ device's peak FLOP/s, where "peak" is (a) the rate of a large square matmul meas
 same dtype (always available) and (b) the vendor's nominal dense peak for known GPUs.
 
     python -m benchmarks.accelerator                 # forward + reproduction at paper settings
+                                                     # on GPT-2 124M shapes (random weights)
     python -m benchmarks.accelerator --skip_reproduce --batch=2   # forward only (e.g. on a CPU)
 
 FLOP count of one forward (no causal halving, as is conventional for dense attention):
@@ -29,6 +30,11 @@ flags.DEFINE_integer("repeats", 5, "Timed repetitions (after one compile/warm-up
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Parameter and activation dtype.")
 flags.DEFINE_bool("skip_reproduce", False, "Only time the forward pass.")
 flags.DEFINE_string("reproduce_args", "", "Extra flags for experiments.reproduce (space-separated).")
+flags.DEFINE_string("reproduce_model", "random124m",
+                    "Model for the timed reproduction: 'random124m' (GPT-2 124M shapes with random "
+                    "weights, written to a temporary directory: the same cost as the real "
+                    "checkpoint, which the hub-less machines here cannot fetch), 'tiny', 'gpt2' or "
+                    "a model directory.")
 
 # Nominal dense peak FLOP/s by device kind substring and dtype (vendor data sheets, SXM parts).
 # float32 on tensor cores is TF32, which XLA uses for float32 matmuls at default precision.
@@ -115,13 +121,26 @@ def main(argv):
 
   if not FLAGS.skip_reproduce:
     with tempfile.TemporaryDirectory() as out:
-      cmd = [sys.executable, "-m", "experiments.reproduce", f"--out_dir={out}"]
+      model = FLAGS.reproduce_model
+      if model == "random124m":
+        from limits.gpt2.testing import make_random_model_dir
+
+        c = gpt2.Config()
+        model = str(make_random_model_dir(f"{out}/model", n_layer=c.n_layer, n_head=c.n_head,
+                                          n_embd=c.n_embd, n_positions=c.n_positions,
+                                          vocab_size=c.vocab_size))
+      cmd = [sys.executable, "-m", "experiments.reproduce", f"--out_dir={out}/run",
+             f"--model={model}"]
       cmd += [a for a in FLAGS.reproduce_args.split() if a]
       t0 = time.perf_counter()
       proc = subprocess.run(cmd, capture_output=True, text=True)
       wall = time.perf_counter() - t0
       status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
       print(f"full reproduction ({' '.join(cmd[2:])}): {wall:.1f} s wall, {status}")
+      steps = json.loads(open(f"{out}/run/results.json").read())["results"]["steps"] \
+          if proc.returncode == 0 else {}
+      for name, st in steps.items():
+        print(f"  {name:24s} {st['seconds']:8.1f} s")
       if proc.returncode != 0:
         print(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "(no stderr)")
   print(json.dumps({"rows": rows, "matmul_peak": peak, "nominal_peak": nominal}, default=str))

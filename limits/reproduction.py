@@ -20,12 +20,17 @@ FULL_LENGTHS = "32,64,128,256,512,1024"
 
 @dataclasses.dataclass(frozen=True)
 class Step:
+  """One experiment command: ``python -m <module> <full or quick flags>`` into ``OUT/<name>``.
+
+  ``uses_model`` steps also get ``--model``, ``--windows`` and the corpus flags, and have their
+  lengths fitted to the model's context (:func:`fit_to_context`).
+  """
+
   name: str
   module: str
-  full: tuple[str, ...]
-  quick: tuple[str, ...]
+  full: tuple[str, ...]   # the paper's settings (PAPER.md §3)
+  quick: tuple[str, ...]  # a few minutes on 2 CPU cores
   uses_model: bool = True
-  what: str = ""
 
 
 STEPS = (

@@ -23,6 +23,7 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]):
+    _quiet_library_logs()
     if len(argv) > 1:
       print(f"error: unexpected positional arguments {list(argv[1:])}; use --flag=value",
             file=sys.stderr)
@@ -38,6 +39,19 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
       sys.exit(EXIT_INTERRUPTED)
 
   return wrapped
+
+
+def _quiet_library_logs() -> None:
+  """absl shows INFO logs by default (e.g. JAX's "Unable to initialize backend 'tpu'"); keep
+  warnings and errors only, unless the user asked for a level with --verbosity/-v."""
+  from absl import flags, logging
+
+  try:
+    asked = flags.FLAGS["verbosity"].present
+  except KeyError:
+    asked = False
+  if not asked:
+    logging.set_verbosity(logging.WARNING)
 
 
 def setup_precision(x64: bool) -> None:

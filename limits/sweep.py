@@ -17,7 +17,9 @@ Execution (JAX's own sharding, no home-made scheduler):
   ``(batch_size,)``-shaped program.
 - The experiment's batched cell function ``fn(static, params, keys, run_key)`` gets a dict of
   numeric parameter arrays with a leading cell axis ``(b,)``, the per-cell PRNG keys ``(b,)`` and
-  the run key, and returns a dict of per-cell arrays ``(b, ...)``. It runs under
+  the run key (and, for experiments with ``inputs`` such as ``distance_model``, the group's
+  shared host arrays, model weights and corpus windows, replicated on the mesh as ``data=``),
+  and returns a dict of per-cell arrays ``(b, ...)``. It runs under
   ``jax.shard_map`` with the cell axis sharded over ``"cells"`` (no communication between cells).
 - Randomness: ``run_key = jax.random.key(seed)``; the key of a cell is
   ``fold_in(fold_in(run_key, hi), lo)`` where ``hi, lo`` are the two 32-bit halves of the cell
@@ -60,6 +62,7 @@ shard files together before :func:`collect`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -264,6 +267,10 @@ class Experiment:
     default_grid: axes used when the user gives no grid.
     validate: ``validate(cell)`` raises LimitsError for a bad value (one line).
     description: one line for ``--help``.
+    inputs: optional ``inputs(static) -> pytree`` of host arrays (model weights, token windows)
+      that every cell with those static values shares; it is placed replicated on the mesh once
+      per static group and passed to ``fn`` as ``data=`` (an argument of the jitted step, never
+      a baked-in constant).
   """
 
   name: str
@@ -273,6 +280,7 @@ class Experiment:
   static: tuple[str, ...] = ()
   validate: Callable[[Mapping[str, Any]], None] | None = None
   description: str = ""
+  inputs: Callable[[Mapping[str, Any]], Any] | None = None
 
   def static_names(self) -> tuple[str, ...]:
     names = [n for n, v in self.defaults.items()
@@ -691,14 +699,15 @@ def _step_fn(exp: Experiment, static: Mapping[str, Any], mesh):
 
   spec = P(MESH_AXIS)
 
-  def local(params, hi, lo, seed):
+  def local(params, hi, lo, seed, data):
     run_key = jax.random.key(seed)
     keys = jax.vmap(lambda h, l: jax.random.fold_in(jax.random.fold_in(run_key, h), l))(hi, lo)
-    out = exp.fn(static, params, keys, run_key)
+    extra = {} if exp.inputs is None else {"data": data}
+    out = exp.fn(static, params, keys, run_key, **extra)
     check(isinstance(out, Mapping), f"experiment {exp.name!r} must return a dict of arrays")
     return dict(out)
 
-  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, P()),
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, P(), P()),
                                out_specs=spec, check_vma=False))
 
 
@@ -820,15 +829,21 @@ def run_sweep(experiment: "str | Experiment", grid=None, run_dir: str | os.PathL
       static = {n: cells[0][n] for n in static_names}
       skey = tuple(canonical_json(static[n]) for n in static_names)
       if skey not in steps:
-        steps[skey] = _step_fn(exp, static, mesh)
+        steps.clear()  # batches come grouped by static values: free the previous group's data
+        data = None
+        if exp.inputs is not None:  # shared host arrays, replicated on the mesh once per group
+          data = jax.tree.map(lambda a: _global(mesh, np.asarray(a), replicated=True),
+                              exp.inputs(static))
+        steps[skey] = (_step_fn(exp, static, mesh), data)
+      step, data = steps[skey]
       params = {}
       for n in numeric:
         dt = fdt if isinstance(exp.defaults[n], float) else np.int32
         params[n] = _global(mesh, np.asarray([c[n] for c in cells], dtype=dt))
       halves = np.asarray([id_halves(ids[i]) for i in idx], dtype=np.uint32)
-      out = steps[skey](params, _global(mesh, np.ascontiguousarray(halves[:, 0])),
-                        _global(mesh, np.ascontiguousarray(halves[:, 1])),
-                        _global(mesh, seed_arr, replicated=True))
+      out = step(params, _global(mesh, np.ascontiguousarray(halves[:, 0])),
+                 _global(mesh, np.ascontiguousarray(halves[:, 1])),
+                 _global(mesh, seed_arr, replicated=True), data)
       rows = _host_rows(out)
       lines = []
       for slot in range(len(b)):
@@ -1067,3 +1082,84 @@ register(Experiment(
     default_grid={"n": [1, 2, 4, 8, 16, 32, 64], "temperature": [0.1, 1.0]},
     validate=_separability_validate,
     description="Monte Carlo N_s/N on the sphere and the Theorem 2 bounds"))
+
+
+@functools.lru_cache(maxsize=2)
+def _model(spec: str):
+  from limits import sources
+
+  return sources.load_model(spec)
+
+
+def _distance_model_inputs(static):
+  """Model weights and the run's corpus windows (W, L) for one (model, length, windows) group."""
+  from limits import sources
+
+  model = _model(static["model"])
+  tokens = sources.corpus_windows(model, static["length"], static["windows"],
+                                  text=static["text"] or None)
+  return {"params": model.params, "tokens": np.asarray(tokens, np.int32)}
+
+
+def _distance_model_fn(static, params, keys, run_key, data):
+  """Theorem 1 (Algorithms 1-2) on a model's own attention, one cell per (L, N).
+
+  The corpus windows (W, L) of the group run through ``gpt2.forward`` once per step; each
+  layer's record is reduced inside the layer scan by ``distance.head_stats`` for every N of the
+  step's cells (the N axis is the batch), with x = value vectors or hidden states (AMBIG-7),
+  every query t > N with its causal prefix (AMBIG-8). Per cell, over the n_layer * n_head heads
+  (token-averaged first, Algorithm 1): ``d_mean`` / ``expected_mean`` / ``dmax_mean`` (mean over
+  heads of d̃ (sum form, AMBIG-1), its Jensen expectation (AMBIG-3/4) and the Eq. 9 bound),
+  ``violations`` (rows with d̃ > d_max, Theorem 1 says 0), ``max_ratio`` (max d̃/d_max) and
+  ``rows`` (query rows checked). The same numbers as ``experiments.distance`` at that L and N.
+  """
+  import jax.numpy as jnp
+
+  from limits import distance, gpt2
+
+  model = _model(static["model"])
+  L = static["length"]
+  ns = params["n"]                                                    # (b,)
+  dt = jnp.dtype(_float_dtype())
+
+  def reduce(rec):
+    x = distance.record_vectors(rec, static["vectors"]).astype(dt)
+    return distance.head_stats(rec.weights.astype(dt), x, ns, n_cap=L - 1,
+                               inclusion=static["inclusion"], bound=True)  # (W, H, b)
+
+  st = gpt2.forward(data["params"], data["tokens"], model.config, lm_head=False,
+                    record_fn=reduce).attn                            # (n_layer, W, H, b)
+  # Sum over windows (max for the ratios), then heads = layer x head, layer-major.
+  heads = distance.HeadStats(*[
+      (jnp.max(v, axis=1) if name.startswith("max_ratio") else jnp.sum(v, axis=1)).reshape(
+          (-1, v.shape[-1]))
+      for name, v in zip(distance.HeadStats._fields, st)])             # (n_layer*H, b)
+  means = distance.token_means(heads)                                  # (n_layer*H, b)
+  return {"d_mean": jnp.nanmean(means["d_sum"], axis=0),
+          "expected_mean": jnp.nanmean(means["expected"], axis=0),
+          "dmax_mean": jnp.nanmean(means["dmax_sum"], axis=0),
+          "violations": jnp.sum(heads.viol_sum, axis=0),
+          "max_ratio": jnp.max(heads.max_ratio_sum, axis=0),
+          "rows": jnp.sum(heads.count, axis=0)}
+
+
+def _distance_model_validate(cell):
+  check(cell["vectors"] in ("value", "hidden"),
+        f"vectors={cell['vectors']!r}; choose value or hidden")
+  check(cell["inclusion"] in ("n_over_l_minus_1", "n_over_l"),
+        f"inclusion={cell['inclusion']!r}; choose n_over_l_minus_1 or n_over_l")
+  check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
+  check(1 <= cell["n"] < cell["length"],
+        f"n={cell['n']} must be in [1, length - 1 = {cell['length'] - 1}] (t <= N is skipped)")
+  check(1 <= cell["windows"] <= 4096, f"windows={cell['windows']} must be in [1, 4096]")
+
+
+register(Experiment(
+    name="distance_model", fn=_distance_model_fn, inputs=_distance_model_inputs,
+    defaults={"model": "tiny", "length": 256, "n": 5, "windows": 1, "vectors": "value",
+              "inclusion": "n_over_l_minus_1", "text": ""},
+    static=("length", "windows"),
+    # Fig. 2a/2b grids (AMBIG-14), cut where N >= L.
+    default_grid={"length": [128, 256, 512, 1024], "n": [1, 5, 10, 20, 100]},
+    validate=_distance_model_validate,
+    description="Theorem 1 distances on a model's attention over corpus windows, per (L, N)"))

@@ -1,4 +1,4 @@
-"""Tests of limits.sweep: grids and ids, the toy/gradient/separability cell functions against
+"""Tests of limits.sweep: grids and ids, the toy/gradient/separability/distance_model cell functions against
 independent computations, device-count independence (1 vs 8 simulated CPU devices, padding,
 simulated multi-host shards), and the store (corrupt/partial records, checksums, manifests)."""
 
@@ -26,6 +26,19 @@ TOY_GRID = {"x": [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, -1.0], "n": [2, 3]}
 # Includes the extreme but legal T = 1e-4 and logits of size ~1e4 (logit_scale).
 GRAD_GRID = {"temperature": [1e-4, 0.1, 1.0, 10.0], "epsilon": [1e-3, 10.0],
              "logit_scale": [1.0, 1e4], "length": 8, "rows": 4}
+
+
+def _distance_grid(root):
+  """distance_model cells on the random model under ``root`` (2 L x 2 N, 2 windows)."""
+  return {"model": str(root / "model"), "text": str(root / "text.txt"), "length": [16, 32],
+          "n": [1, 5], "windows": 2}
+
+
+def _make_model(root):
+  from tests.cli_helpers import make_model_and_texts
+
+  return make_model_and_texts(root, repeat=10, n_layer=2, n_head=2, n_embd=16, n_positions=64,
+                              vocab_size=300, seed=4)
 
 
 def _records(run_dir):
@@ -213,6 +226,8 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent("""
     sweep.run_sweep("toy", toy, out + "/toy8", seed=7, batch_size=1, devices=8, **kw)
     sweep.run_sweep("gradient", grad, out + "/grad8", seed=3, batch_size=4, devices=8, **kw)
     sweep.run_sweep("gradient", grad, out + "/grad2", seed=3, batch_size=4, devices=2, **kw)
+    dist = json.loads(sys.argv[4])
+    sweep.run_sweep("distance_model", dist, out + "/dist8", batch_size=1, devices=8, **kw)
     # Two simulated hosts on 4 devices: devices 0-1 belong to process 0, 2-3 to process 1.
     for p in (0, 1):
       s = sweep.run_sweep("toy", toy, out + "/hosts", seed=7, batch_size=2, devices=4,
@@ -226,9 +241,10 @@ def multi_device_runs(tmp_path_factory):
   out = tmp_path_factory.mktemp("multi")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")
+  _make_model(out)
   p = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(out), json.dumps(TOY_GRID),
-                      json.dumps(GRAD_GRID)], cwd=REPO, env=env, capture_output=True, text=True,
-                     timeout=300)
+                      json.dumps(GRAD_GRID), json.dumps(_distance_grid(out))], cwd=REPO, env=env,
+                     capture_output=True, text=True, timeout=300)
   assert p.returncode == 0, p.stderr[-3000:]
   hosts = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
   return out, hosts
@@ -253,6 +269,37 @@ def test_one_and_eight_devices_give_the_same_records(tmp_path, multi_device_runs
     for k in a:
       atol = 1e-6 / c["epsilon"] if k.startswith("g_") else 2.0**-23 / c["temperature"]
       np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=atol, err_msg=f"{c} {k}")
+
+
+def test_distance_model_cells_match_the_library_on_one_and_eight_devices(tmp_path,
+                                                                         multi_device_runs):
+  """Model cells (weights and windows passed as replicated data) against limits.distance's
+  host-streamed ModelEvaluator in float64, on 1 and on 8 simulated devices."""
+  from limits import distance, sources
+
+  out, _ = multi_device_runs
+  grid = _distance_grid(out)
+  _run("distance_model", grid, tmp_path / "dist1", batch_size=2)
+  one, eight = _records(tmp_path / "dist1"), _records(out / "dist8")
+  assert [(i, c) for i, c, _ in one] == [(i, c) for i, c, _ in eight]
+  model = sources.load_model(grid["model"])
+  H = model.config.n_layer * model.config.n_head
+  for (_, c, a), (_, _, b) in zip(one, eight):
+    L, n = c["length"], c["n"]
+    tokens = sources.corpus_windows(model, L, 2, text=grid["text"])
+    ev = distance.ModelEvaluator(model.params, model.config, dtype=np.float64)
+    with jax.enable_x64(True):
+      st = ev.head_stats(tokens, [n], n_cap=L - 1, bound=True)
+      means = {k: np.asarray(v[:, 0]) for k, v in distance.token_means(st).items()}
+    # Every query t > N of every head and window is one row (closed form).
+    assert a["rows"] == b["rows"] == H * 2 * (L - n)
+    assert a["violations"] == b["violations"] == 0  # Theorem 1 (Eq. 9)
+    # float32 cells vs the float64 reference: sums of <= 32 terms of size ~10, 1e-5 relative.
+    for key, ref in (("d_mean", means["d_sum"]), ("expected_mean", means["expected"]),
+                     ("dmax_mean", means["dmax_sum"])):
+      np.testing.assert_allclose(a[key], np.nanmean(ref), rtol=1e-5, err_msg=f"{c} {key}")
+      np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=f"{c} {key} 8 vs 1")
+    np.testing.assert_allclose(a["max_ratio"], np.max(np.asarray(st.max_ratio_sum)), rtol=1e-5)
 
 
 def test_padding_when_devices_do_not_divide_cells(tmp_path, multi_device_runs):

@@ -37,10 +37,14 @@ flags.DEFINE_integer("seed", 0, "Random seed (recorded; the computation is deter
 flags.DEFINE_bool("x64", True, "Compute the check in float64 (default; --nox64 for float32).")
 flags.DEFINE_string("out_dir", None, "Run directory (default results/vanishing/<time>).")
 flags.DEFINE_bool("plot", True, "Write vanishing.png.")
+flags.DEFINE_float("lemma1_a", 4.0, "Logit bound a of the synthetic Lemma 1 check (logits uniform "
+                   "on [-a, a], F = exp and softplus, the run's lengths).")
 flags.register_validator("windows", cli.positive, message="--windows must be a positive integer")
+flags.register_validator("lemma1_a", lambda v: v is not None and 0 <= v <= 300,
+                         message="--lemma1_a must be in [0, 300] (e^{2a} must stay finite)")
 
 EXPERIMENT = "vanishing"
-CONFIG_FLAGS = ("model", "text", "data_dir", "windows", "lengths", "seed", "x64")
+CONFIG_FLAGS = ("model", "text", "data_dir", "windows", "lengths", "seed", "x64", "lemma1_a")
 
 
 def main(argv):
@@ -65,6 +69,17 @@ def main(argv):
   T = model.native_temperature
   dtype = np.float64 if FLAGS.x64 else np.float32
   check_fn = jax.jit(bounds.corollary1_causal_check)
+  fs = {"exp": np.exp, "softplus": lambda x: np.logaddexp(0.0, x)}
+  l1 = {name: bounds.lemma1_check(F, FLAGS.lemma1_a, lengths, seed=FLAGS.seed)
+        for name, F in fs.items()}
+  lemma1_synthetic = res.verdict(
+      f"Lemma 1 on bounded logits: C1/L <= α_i <= C2/L for every L (synthetic, a = "
+      f"{FLAGS.lemma1_a:g})", all(r["violations"] == 0 for r in l1.values()),
+      {name: {"C2": r["C2"], "violations": r["violations"], "checked": r["checked"],
+              "max_aL_at_largest_L": r["by_L"][max(lengths)]["max_aL"]}
+       for name, r in l1.items()},
+      detail="limits.bounds.lemma1_check: 256 rows uniform on [-a, a] plus the two extreme rows "
+      "per L, float64, F = exp (softmax) and softplus; the extreme rows approach C2")
   c = model.config
   ln10 = np.log(10.0)
   per_head, summary, timings = [], [], {}
@@ -83,6 +98,7 @@ def main(argv):
         detail="log-space check over every window, layer, head and query; margin = distance "
         "of log(α·t) to the nearest band edge (natural log, >= 0 means inside)",
         reason="" if per_head else "no length finished")]
+    verdicts.append(lemma1_synthetic)
     if len(summary) >= 2:
       ls = np.log10([s["L"] for s in summary])
       fit_max = stats.linear_fit(ls, [s["log10_max_median"] for s in summary])

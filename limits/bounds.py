@@ -3,6 +3,7 @@
 - :func:`lemma1_constants` — Lemma 1: for a continuous positive F on [−a, a] and logits in
   [−a, a], C1/L ≤ α_i ≤ C2/L with C2 = max F / min F and C1 = 1/C2 (PAPER.md §2, constants
   RECON).
+- :func:`lemma1_check` — Lemma 1 checked on synthetic bounded logits over a grid of L.
 - :func:`corollary1_band` — Corollary 1 (softmax): e^{−2Δ/T}/L ≤ α_i ≤ e^{2Δ/T}/L with
   Δ = ‖q‖·max_i‖k_i‖ (AMBIG-2; the max makes it hold for every i).
 - :func:`lemma2_bound` — Lemma 2, second line, for a general F:
@@ -81,6 +82,37 @@ def lemma1_constants(F: Callable, a: float, grid: int = 4097) -> tuple[float, fl
     hi = max(hi, v) if v is not None else hi
   C2 = hi / lo
   return 1.0 / C2, C2
+
+
+def lemma1_check(F: Callable, a: float, lengths, *, rows: int = 256, seed: int = 0,
+                 a_constants: float | None = None) -> dict:
+  """Lemma 1 on synthetic bounded logits: C1/L <= α_i <= C2/L for every row, entry and L.
+
+  For each L, ``rows`` logit rows uniform on [−a, a] plus the two extreme rows (one logit at +a,
+  the rest at −a, and the mirror image) are normalised as α = F(l)/ΣF(l) in float64, and α·L is
+  compared with Lemma 1's (C1, C2) of :func:`lemma1_constants` for [−a_constants, a_constants]
+  (default a: the lemma itself; a smaller value shows the check can fail). Relative slack 1e-12
+  (float64 rounding of a sum of L positive terms). The extreme rows make the check tight: their
+  α·L tends to C2 (and C1) as L grows.
+
+  Returns: {"C1", "C2", "violations", "checked", "by_L": {L: {"min_aL", "max_aL"}}}.
+  """
+  C1, C2 = lemma1_constants(F, a if a_constants is None else a_constants)
+  rng = np.random.default_rng(seed)
+  by_l, viol, checked = {}, 0, 0
+  for L in [int(v) for v in lengths]:
+    if L < 1:
+      raise LimitsError(f"L={L} is not allowed; lengths must be >= 1")
+    logits = rng.uniform(-a, a, size=(rows, L))
+    extreme = np.full((2, L), -float(a))
+    extreme[0, 0] = a
+    extreme[1] = -extreme[0]
+    f = np.asarray(F(np.concatenate([logits, extreme])), np.float64)   # (rows + 2, L)
+    aL = L * f / f.sum(axis=-1, keepdims=True)
+    viol += int(np.sum((aL < C1 * (1 - 1e-12)) | (aL > C2 * (1 + 1e-12))))
+    checked += aL.size
+    by_l[L] = {"min_aL": float(aL.min()), "max_aL": float(aL.max())}
+  return {"C1": C1, "C2": C2, "violations": viol, "checked": checked, "by_L": by_l}
 
 
 # ----------------------------------------------------------------------------- Corollary 1

@@ -77,8 +77,10 @@ class Claim:
 CLAIMS = (
     Claim("Lemma 1 / Cor. 1", "Every weight lies in (1/L)·[e^{−2Δ/T}, e^{2Δ/T}], Δ = ‖q‖·max‖k‖",
           "vanishing", "Corollary 1 band", "vanishing.png"),
-    Claim("Lemma 1", "Weights vanish as Θ(1/L) for any length-independent normalizer",
-          "vanishing", "Lemma 1", "vanishing.png"),
+    Claim("Lemma 1", "C1/L ≤ α_i ≤ C2/L for logits in [−a, a], any positive continuous F",
+          "vanishing", "Lemma 1 on bounded logits", ""),
+    Claim("Lemma 1 (model)", "Weights vanish as Θ(1/L) on the model's own attention",
+          "vanishing", "Lemma 1:", "vanishing.png"),
     Claim("Thm 1 (Eq. 9)", "d̃ ≤ d_max for every head and query (fixed top-N set)",
           "distance_vary_length", "bound held", "fig2_vary_length.png"),
     Claim("Fig. 2a", "At N = 5 the true distance grows roughly linearly in L",

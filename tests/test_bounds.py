@@ -204,3 +204,23 @@ def test_softmax_jacobian_bound_values_and_errors():
     B.softmax_jacobian_bound(1.0, "loose")
   with pytest.raises(LimitsError, match="length"):
     B.tied_top_two(1)
+
+
+def test_lemma1_check_holds_tightly_and_can_fail():
+  """Lemma 1 on bounded logits: α·L in [C1, C2] for F = exp and F = softplus; the extreme rows
+  approach C2 = e^{2a} (closed form L e^a / (e^a + (L-1) e^{-a})); constants for a smaller
+  range than the logits are violated."""
+  import math
+
+  from limits import bounds
+
+  a, lengths = 2.0, [2, 16, 256, 4096]
+  res = bounds.lemma1_check(np.exp, a, lengths, rows=64)
+  assert res["violations"] == 0 and res["checked"] == 66 * sum(lengths)
+  assert res["C2"] == pytest.approx(math.exp(2 * a), rel=1e-12)
+  for L in lengths:
+    top = L * math.exp(a) / (math.exp(a) + (L - 1) * math.exp(-a))
+    assert res["by_L"][L]["max_aL"] == pytest.approx(top, rel=1e-12)
+  softplus = lambda x: np.log1p(np.exp(x))
+  assert bounds.lemma1_check(softplus, a, lengths, rows=64)["violations"] == 0
+  assert bounds.lemma1_check(np.exp, a, lengths, rows=64, a_constants=a / 2)["violations"] > 0

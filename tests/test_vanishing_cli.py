@@ -74,6 +74,7 @@ def test_causal_check_agrees_with_bounds_corollary1_band():
     (["--lengths=128"], "L=128, beyond the context"),
     (["--windows=0"], "windows"),
     (["--lengths=a,b"], "--lengths"),
+    (["--lemma1_a=-1"], "--lemma1_a must be in [0, 300]"),
 ])
 def test_bad_values(model_dir, tmp_path, args, needle):
   p = run([f"--model={model_dir / 'model'}", f"--text={model_dir / 'text.txt'}",

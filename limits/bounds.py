@@ -136,9 +136,6 @@ def corollary1_band(q, k, temperature, mask=None) -> tuple[Array, Array]:
   return jnp.exp(-2 * delta / T) / n, jnp.exp(2 * delta / T) / n
 
 
-# ----------------------------------------------------------------------------- Lemma 2
-
-
 def corollary1_causal_check(scores, q, k, temperature):
   """Corollary 1 on a causal attention layer, in log space: per (B, H), over every query t.
 
@@ -166,6 +163,9 @@ def corollary1_causal_check(scores, q, k, temperature):
           "min_margin": jnp.min(jnp.minimum(band - log_max, log_min + band), axis=-1),
           "log_max_last": log_max[..., -1], "log_min_last": log_min[..., -1],
           "band_last": band[..., -1]}
+
+
+# ----------------------------------------------------------------------------- Lemma 2
 
 
 def lemma2_bound(F: Callable, dF: Callable, logits, mask=None) -> Array:

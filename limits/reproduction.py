@@ -242,7 +242,7 @@ def render_report(rows, step_status, settings: Settings, seconds: float,
   for i, r in enumerate(rows, 1):
     verdict = f"**{r['verdict']}**" + (f" ({r['reason']})" if r["verdict"] == "not testable"
                                        and r["reason"] else "")
-    fig = f"[{Path(r['figure']).name}]({r['figure']})" if r["figure"] else ""
+    fig = f"[{Path(r['figure']).name}]({r['figure']})" if r["figure"] else "—"
     lines.append(f"| {i} | {r['ref']} | {r['paper']} | {r['measured']} | {verdict} | {fig} |")
   lines += ["", "## Ambiguity defaults used (PAPER.md §6)", ""] + [f"- {a}" for a in AMBIGUITIES]
   lines += ["", "## Steps", "", "| step | status | seconds | command |", "|---|---|---|---|"]

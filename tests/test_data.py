@@ -3,7 +3,8 @@
 The download path runs against a local HTTP server on 127.0.0.1 (http.server in a thread)
 serving a Gutenberg-shaped file that the test builds itself, so the expected body is known
 independently of the code under test. No test touches the network or the real corpus, except
-the one marked ``corpus`` (skipped without LIMITS_DATA_DIR).
+the one marked ``corpus`` (out of the default run; `python -m pytest -m corpus` with
+LIMITS_DATA_DIR set runs it, and it fails without the corpus).
 """
 
 import hashlib
@@ -153,11 +154,8 @@ def test_verify_body_checks_size_sentence_and_sha():
 
 
 @pytest.mark.corpus
-def test_strip_of_wrapped_reference_reproduces_reference_sha():
-  if not os.environ.get(data.ENV_DATA_DIR):
-    pytest.skip("LIMITS_DATA_DIR is unset: the reference corpus is not available")
-  path = Path(os.environ[data.ENV_DATA_DIR]) / data.FILENAME
-  body = path.read_text(encoding="utf-8")
+def test_strip_of_wrapped_reference_reproduces_reference_sha(reference_corpus):
+  body = reference_corpus.read_text(encoding="utf-8")
   out = data.strip_gutenberg(gutenberg_file(body).decode("utf-8"))
   assert data.verify_body(out) == data.REFERENCE_SHA256
 

@@ -153,7 +153,7 @@ def test_flax_msgpack(tmp_path, saved, params):
 @pytest.mark.slow
 def test_flax_msgpack_written_by_hf(tmp_path, saved, params):
   """HF's own Flax GPT-2 converts our checkpoint and writes flax_model.msgpack (~30 s)."""
-  transformers = pytest.importorskip("transformers")
+  import transformers  # requirements-dev.txt
   m = transformers.FlaxGPT2LMHeadModel.from_pretrained(saved, from_pt=True)
   m.save_pretrained(tmp_path / "hf_flax")
   assert not (tmp_path / "hf_flax" / "model.safetensors").exists()

@@ -17,12 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch  # requirements-dev.txt: the reference, imported plainly so it can never skip
+import transformers
+from transformers.models.gpt2 import modeling_gpt2
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-from transformers.models.gpt2 import modeling_gpt2  # noqa: E402
-
-from limits import gpt2  # noqa: E402
+from limits import gpt2
 
 ATOL = 1e-5  # float32 summation-order noise, see module docstring
 RTOL = 1e-5
@@ -160,7 +159,7 @@ def _torch_softmax(logits, mask):
 
 
 def _torch_sparsemax(logits, mask):
-  entmax = pytest.importorskip("entmax")
+  import entmax  # requirements-dev.txt
   return entmax.sparsemax(logits.masked_fill(~mask, -1e30), dim=-1)
 
 

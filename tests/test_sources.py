@@ -1,14 +1,13 @@
 """Tests for limits.sources and the shipped model in limits/assets/tiny.
 
 Random-weight models come from ``limits.gpt2.testing.make_random_model_dir``; the corpus is a
-small text file written by the test, except in the ``corpus`` test (skipped without
-LIMITS_DATA_DIR), which re-checks the model card's held-out loss with Hugging Face
+small text file written by the test, except in the ``corpus`` test (out of the default run;
+`python -m pytest -m corpus` with LIMITS_DATA_DIR set runs it), which re-checks the model card's held-out loss with Hugging Face
 transformers (an independent GPT-2 implementation) on the shipped weights.
 """
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
@@ -239,9 +238,7 @@ def test_tiny_attention_is_far_from_uniform_unlike_random_init():
 
 
 @pytest.mark.corpus
-def test_tiny_heldout_loss_matches_card_with_hf_transformers():
-  if not os.environ.get(data.ENV_DATA_DIR):
-    pytest.skip("LIMITS_DATA_DIR is unset: the held-out split of the corpus is not available")
+def test_tiny_heldout_loss_matches_card_with_hf_transformers(reference_corpus):
   import torch
   import transformers
 

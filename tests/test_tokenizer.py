@@ -66,7 +66,7 @@ def test_save_and_load_tokenizer_json(tmp_path, tok):
 
 
 def test_vocab_merges_matches_hf_gpt2_tokenizers(tmp_path, tok):
-  transformers = pytest.importorskip("transformers")
+  import transformers  # requirements-dev.txt
   _vocab_merges(tok, tmp_path)
   ours = load_tokenizer(tmp_path)  # no tokenizer.json: the vocab.json + merges.txt path
   fast = transformers.GPT2TokenizerFast(vocab_file=str(tmp_path / "vocab.json"),

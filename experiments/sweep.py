@@ -5,7 +5,7 @@ Examples:
   python -m experiments.sweep --experiment=gradient --x64 --out_dir=results/grad
       --grid="temperature=logspace:-3:2:26;epsilon=1e-3,0.1,10"
   python -m experiments.sweep --experiment=separability_sphere --config=grid.json --devices=4
-  LIMITS_DATA_DIR=... python -m experiments.sweep --experiment=distance_model
+  python -m experiments.sweep --experiment=distance_model
       --grid="model=tiny,/path/to/gpt2;length=128,256,512,1024;n=1,5,10,20,100;windows=4"
   python -m experiments.sweep --describe     # experiments, their parameters and defaults
 

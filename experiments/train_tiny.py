@@ -18,8 +18,11 @@ GPT-2 checkpoint, the project ships a small GPT-2-architecture model that it tra
 
 Usage (the shipped model; see limits/assets/tiny/MODEL_CARD.md for the exact command):
 
-  python -m experiments.train_tiny --data_dir=$LIMITS_DATA_DIR \
-      --out_dir=limits/assets/tiny --ckpt_dir=results/train_tiny/ckpt
+  python -m experiments.train_tiny --out_dir=limits/assets/tiny --ckpt_dir=results/train_tiny/ckpt
+
+The corpus is the one embedded in the package unless ``--text``, ``--data_dir`` or
+``LIMITS_DATA_DIR`` names another (``limits.data.resolve_corpus``; ``LIMITS_ALLOW_DOWNLOAD=1``
+fetches the current Gutenberg text instead).
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ flags.DEFINE_string("out_dir", None, "Model directory to write (default results/
 flags.DEFINE_string("ckpt_dir", None, "Checkpoint directory (default <out_dir>/../ckpt); a "
                     "checkpoint there with the same settings is resumed.")
 flags.DEFINE_integer("ckpt_every", 50, "Checkpoint every this many steps.")
-flags.DEFINE_string("data_dir", None, "Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR).")
+flags.DEFINE_string("data_dir", None, "Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, "
+                    "else the corpus embedded in the package).")
 flags.DEFINE_string("text", None, "Train on this UTF-8 text file instead of War and Peace.")
 flags.DEFINE_float("heldout_fraction", 0.05, "Fraction of the text (at its end) held out.")
 flags.DEFINE_integer("n_layer", 4, "Transformer blocks.")

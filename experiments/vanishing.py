@@ -14,7 +14,10 @@ weight nor an overflowing band can fake a result. The band is the one of
 
 Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` (verdicts).
 
-  LIMITS_DATA_DIR=/work/shared/data python -m experiments.vanishing --out_dir=results/vanishing
+  python -m experiments.vanishing --out_dir=results/vanishing
+
+The corpus is the one embedded in the package unless ``--text``, ``--data_dir`` or
+``LIMITS_DATA_DIR`` names another (``LIMITS_ALLOW_DOWNLOAD=1`` fetches it from Gutenberg).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_string("model", "tiny", "'tiny' (embedded), a GPT-2 name, or a model directory.")
 flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR).")
+flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else "
+                    "the corpus embedded in the package).")
 flags.DEFINE_integer("windows", 1, "Consecutive non-overlapping L-token windows per L.")
 flags.DEFINE_string("lengths", "", "Comma-separated L values; default 32,64,...,min(1024, "
                     "context).")

@@ -8,19 +8,31 @@ Where the corpus comes from, in order (:func:`resolve_corpus`):
 
 1. an explicit text file (``--text``): any UTF-8 text, used as is;
 2. a data directory (``--data_dir``, else ``$LIMITS_DATA_DIR``) holding ``war_and_peace.txt``;
-3. the user cache ``$LIMITS_CACHE_DIR`` (default ``~/.cache/limits``);
-4. a download from Project Gutenberg, only when allowed (``allow_download=True`` or
-   ``$LIMITS_ALLOW_DOWNLOAD=1``). The Gutenberg header and licence are stripped, the body is
-   checked (size, a known sentence, and the reference sha256 when one is required) and cached
-   atomically (temp file + ``os.replace``), so an interrupted download leaves nothing behind.
+3. only when downloading is allowed (``allow_download=True`` or ``LIMITS_ALLOW_DOWNLOAD=1``):
+   the user cache ``$LIMITS_CACHE_DIR`` (default ``~/.cache/limits``), else a download from
+   Project Gutenberg. The Gutenberg header and licence are stripped, the body is checked (size,
+   a known sentence, and the reference sha256 when one is required) and cached atomically
+   (temp file + ``os.replace``), so an interrupted download leaves nothing behind. Gutenberg
+   revises its files, so a downloaded body need not be the reference one
+   (:attr:`Corpus.matches_reference` says);
+4. otherwise the embedded corpus (the default): the reference body shipped with the package,
+   xz-compressed in ``limits/assets/corpus/war_and_peace.txt.xz`` (0.9 MB). Its sha256 is
+   checked against :data:`REFERENCE_SHA256` on first read (then kept in memory); a damaged copy
+   is a one-line :class:`~limits.errors.LimitsError` naming the file.
 
-If none works, one :class:`~limits.errors.LimitsError` names every place looked and the fix.
+Environment variables: ``LIMITS_DATA_DIR`` (a folder holding ``war_and_peace.txt``),
+``LIMITS_ALLOW_DOWNLOAD=1`` (use the cache / download from Gutenberg instead of the embedded
+copy), ``LIMITS_CACHE_DIR`` (where downloads are cached) and ``LIMITS_EMBEDDED_CORPUS=0``
+(ignore the embedded copy, e.g. to test what happens without any corpus). If nothing is found,
+one :class:`~limits.errors.LimitsError` names every place looked and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.client
+import lzma
 import os
 import re
 import socket
@@ -50,6 +62,9 @@ MAX_BYTES = 4_000_000
 ENV_DATA_DIR = "LIMITS_DATA_DIR"
 ENV_CACHE_DIR = "LIMITS_CACHE_DIR"
 ENV_ALLOW_DOWNLOAD = "LIMITS_ALLOW_DOWNLOAD"
+ENV_EMBEDDED = "LIMITS_EMBEDDED_CORPUS"
+# The reference body, shipped xz-compressed with the package (see its README.md).
+EMBEDDED_PATH = Path(__file__).resolve().parent / "assets" / "corpus" / (FILENAME + ".xz")
 
 
 @dataclass(frozen=True)
@@ -57,7 +72,7 @@ class Corpus:
   """A resolved corpus: its text, where it came from and its checksum."""
   text: str
   path: Path
-  source: str  # "text" | "data_dir" | "cache" | "download"
+  source: str  # "text" | "data_dir" | "cache" | "download" | "embedded"
   sha256: str
 
   @property
@@ -100,6 +115,35 @@ def _read_text_file(path: Path, source: str) -> Corpus:
   return Corpus(text=text, path=path, source=source, sha256=sha256_bytes(data))
 
 
+def _embedded_enabled() -> bool:
+  return os.environ.get(ENV_EMBEDDED, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@functools.lru_cache(maxsize=2)
+def _embedded_text(path: Path) -> tuple[str, str]:
+  """(text, sha256) of the embedded corpus at path; decompressed and verified once."""
+  try:
+    data = lzma.decompress(path.read_bytes())
+  except OSError as e:
+    raise LimitsError(f"cannot read the embedded corpus {str(path)!r}: {e.strerror or e}; "
+                      f"reinstall the package or set {ENV_DATA_DIR}") from None
+  except lzma.LZMAError as e:
+    raise LimitsError(f"the embedded corpus {str(path)!r} is damaged ({e}); reinstall the "
+                      f"package or set {ENV_DATA_DIR}") from None
+  digest = sha256_bytes(data)
+  check(digest == REFERENCE_SHA256,
+        f"the embedded corpus {str(path)!r} decompresses to sha256 {digest[:16]}..., not the "
+        f"reference {REFERENCE_SHA256[:16]}...; reinstall the package or set {ENV_DATA_DIR}")
+  return data.decode("utf-8"), digest
+
+
+def embedded_corpus(path: str | os.PathLike | None = None) -> Corpus:
+  """The reference body shipped with the package (verified against :data:`REFERENCE_SHA256`)."""
+  p = Path(path) if path is not None else EMBEDDED_PATH
+  text, digest = _embedded_text(p)
+  return Corpus(text=text, path=p, source="embedded", sha256=digest)
+
+
 def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None = None,
                    data_dir: str | os.PathLike | None = None,
                    allow_download: bool | None = None, url: str = GUTENBERG_URL,
@@ -110,8 +154,8 @@ def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None 
     name: ``"war_and_peace"`` (the only named corpus) or a path to a text file.
     text: explicit text file; overrides everything else.
     data_dir: directory holding ``war_and_peace.txt``; overrides ``$LIMITS_DATA_DIR``.
-    allow_download: download from ``url`` if not found locally (default: the environment
-      variable ``LIMITS_ALLOW_DOWNLOAD=1``; never on by default).
+    allow_download: use the cache, else download from ``url``, instead of the embedded copy
+      (default: the environment variable ``LIMITS_ALLOW_DOWNLOAD=1``; off by default).
     url: the Gutenberg plain-text URL (tests point it at a local server).
     timeout: network timeout in seconds.
   """
@@ -130,21 +174,23 @@ def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None 
     dirs.append((Path(os.environ[ENV_DATA_DIR]).expanduser(), f"${ENV_DATA_DIR}"))
   else:
     looked.append(f"${ENV_DATA_DIR} (unset)")
-  for d, label in dirs:
+  for d, label in dirs:  # a folder the user named must hold the corpus: never fall back
     path = d / FILENAME
-    if path.is_file():
-      return _read_text_file(path, "data_dir")
-    looked.append(f"{label}={str(d)!r} (no {FILENAME})")
-
-  cached = cache_dir() / FILENAME
-  if cached.is_file():
-    return _read_text_file(cached, "cache")
-  looked.append(f"cache {str(cached)!r} (missing)")
+    check(path.is_file(), f"{label}={str(d)!r} holds no {FILENAME}; point it at the folder "
+          f"holding {FILENAME}, or unset it to use the embedded corpus")
+    return _read_text_file(path, "data_dir")
 
   if _download_allowed(allow_download):
+    cached = cache_dir() / FILENAME
+    if cached.is_file():
+      return _read_text_file(cached, "cache")
     path = download_corpus(url=url, dest=cached, timeout=timeout)
     return _read_text_file(path, "download")
-  looked.append(f"download (off; set {ENV_ALLOW_DOWNLOAD}=1 to fetch {url})")
+  looked.append(f"download (off; {ENV_ALLOW_DOWNLOAD}=1 fetches {url})")
+
+  if _embedded_enabled():
+    return embedded_corpus()
+  looked.append(f"embedded copy (off: {ENV_EMBEDDED}=0)")
   raise LimitsError(
       f"corpus {name!r} not found; looked in: {'; '.join(looked)}. Fix: set {ENV_DATA_DIR} to "
       f"the folder holding {FILENAME} (or pass --data_dir / --text)")

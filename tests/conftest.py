@@ -1,9 +1,10 @@
 """Shared test set-up. Tests default to float32; those that verify a bound use
 ``with jax.enable_x64(True):`` (JAX 0.10's context manager) and say their tolerance.
 
-Tests marked ``corpus`` need the real *War and Peace* and are out of the default run; run them
-with ``LIMITS_DATA_DIR=/path/to/data python -m pytest -m corpus``. Asked for without the
-corpus they fail, naming what is missing: they never skip.
+Tests that need the real *War and Peace* take the ``reference_corpus`` fixture: the file under
+``LIMITS_DATA_DIR`` when that is set (it must then hold the corpus: the test fails, never
+skips), else the corpus embedded in the package (``limits/assets/corpus``), so they run with no
+set-up at all.
 """
 
 import os
@@ -14,16 +15,16 @@ import pytest
 from limits import data
 
 
-@pytest.fixture
-def reference_corpus() -> Path:
-  """Path of war_and_peace.txt under LIMITS_DATA_DIR; fails the test if it is not there."""
+@pytest.fixture(scope="session")
+def reference_corpus(tmp_path_factory) -> Path:
+  """Path of a plain-text war_and_peace.txt: LIMITS_DATA_DIR's, else the embedded copy's."""
   root = os.environ.get(data.ENV_DATA_DIR)
-  if not root:
-    pytest.fail(f"{data.ENV_DATA_DIR} is unset: corpus tests need the folder holding "
-                f"{data.FILENAME} (run `{data.ENV_DATA_DIR}=/path/to/data python -m pytest -m corpus`)",
-                pytrace=False)
-  path = Path(root) / data.FILENAME
-  if not path.is_file():
-    pytest.fail(f"{path} does not exist: {data.ENV_DATA_DIR} must hold {data.FILENAME}",
-                pytrace=False)
+  if root:
+    path = Path(root) / data.FILENAME
+    if not path.is_file():
+      pytest.fail(f"{path} does not exist: {data.ENV_DATA_DIR} must hold {data.FILENAME} "
+                  f"(or unset it to use the embedded corpus)", pytrace=False)
+    return path
+  path = tmp_path_factory.mktemp("embedded_corpus") / data.FILENAME
+  path.write_text(data.embedded_corpus().text, encoding="utf-8", newline="")
   return path

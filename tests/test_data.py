@@ -2,13 +2,14 @@
 
 The download path runs against a local HTTP server on 127.0.0.1 (http.server in a thread)
 serving a Gutenberg-shaped file that the test builds itself, so the expected body is known
-independently of the code under test. No test touches the network or the real corpus, except
-the one marked ``corpus`` (out of the default run; `python -m pytest -m corpus` with
-LIMITS_DATA_DIR set runs it, and it fails without the corpus).
+independently of the code under test. No test touches the network. The embedded corpus is
+checked against the reference checksum written out here (from the shared data README), not
+against the constant in limits.data.
 """
 
 import hashlib
 import http.server
+import lzma
 import os
 import threading
 from pathlib import Path
@@ -100,11 +101,12 @@ def server():
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-  """Isolated environment: empty cache dir, no data dir, downloads off."""
+  """Isolated environment: empty cache dir, no data dir, downloads off, embedded copy off."""
   cache = tmp_path / "cache"
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(cache))
   monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
   monkeypatch.delenv(data.ENV_ALLOW_DOWNLOAD, raising=False)
+  monkeypatch.setenv(data.ENV_EMBEDDED, "0")
   return cache
 
 
@@ -153,7 +155,6 @@ def test_verify_body_checks_size_sentence_and_sha():
     data.verify_body("x" * 500, min_bytes=100)
 
 
-@pytest.mark.corpus
 def test_strip_of_wrapped_reference_reproduces_reference_sha(reference_corpus):
   body = reference_corpus.read_text(encoding="utf-8")
   out = data.strip_gutenberg(gutenberg_file(body).decode("utf-8"))
@@ -184,8 +185,8 @@ def test_download_is_off_by_default(server, env):
   msg = _one_line(e)
   assert server.requests == 0
   # Names each place looked and the fix.
-  assert "LIMITS_DATA_DIR" in msg and str(env / data.FILENAME) in msg
-  assert "LIMITS_ALLOW_DOWNLOAD" in msg
+  assert "LIMITS_DATA_DIR" in msg and "LIMITS_ALLOW_DOWNLOAD" in msg
+  assert data.ENV_EMBEDDED in msg
 
 
 def test_download_allowed_by_environment(server, env, monkeypatch):
@@ -251,6 +252,7 @@ def test_resolution_order(tmp_path, env, monkeypatch):
     (d / (data.FILENAME if name != "explicit" else "book.txt")).write_text(texts[name])
   env.mkdir(parents=True)
   (env / data.FILENAME).write_text("cached corpus\n")
+  monkeypatch.setenv(data.ENV_EMBEDDED, "1")
   monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "env_dir"))
   assert data.load_text(text=tmp_path / "explicit" / "book.txt") == texts["explicit"]
   assert data.load_text(tmp_path / "explicit" / "book.txt") == texts["explicit"]
@@ -258,8 +260,60 @@ def test_resolution_order(tmp_path, env, monkeypatch):
   assert data.resolve_corpus().source == "data_dir"
   assert data.load_text() == texts["env_dir"]
   monkeypatch.delenv(data.ENV_DATA_DIR)
+  # Without a data dir: the embedded reference body; the cache only when downloads are on.
+  assert data.resolve_corpus().source == "embedded"
+  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "1")
   assert data.resolve_corpus().source == "cache"
   assert data.load_text() == "cached corpus\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# The embedded corpus.
+
+# From the shared data README (size and sha256 of the prepared body), written out here so the
+# check does not rely on the constants of limits.data.
+REFERENCE = ("b36c8fc4d970c156361e878ca81d8552de8e763c45d0f6a897482860643c6286", 3_267_485)
+
+
+def test_embedded_corpus_is_the_reference_body(monkeypatch):
+  monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
+  monkeypatch.delenv(data.ENV_ALLOW_DOWNLOAD, raising=False)
+  monkeypatch.delenv(data.ENV_EMBEDDED, raising=False)
+  corpus = data.resolve_corpus()
+  raw = lzma.decompress(data.EMBEDDED_PATH.read_bytes())  # the shipped bytes, decoded here
+  assert (hashlib.sha256(raw).hexdigest(), len(raw)) == REFERENCE
+  assert corpus.source == "embedded" and corpus.text.encode("utf-8") == raw
+  assert corpus.sha256 == REFERENCE[0] and corpus.matches_reference
+  assert corpus.text.startswith("CHAPTER I\n") and data.KNOWN_SENTENCE in corpus.text
+  shared = Path(__file__).resolve().parents[2] / "shared" / "data" / data.FILENAME
+  if shared.is_file():  # the same bytes as the shared reference copy, where there is one
+    assert shared.read_bytes() == raw
+
+
+def test_embedded_corpus_damaged_or_wrong_is_one_line(tmp_path):
+  good = data.EMBEDDED_PATH.read_bytes()
+  flipped = tmp_path / "flipped.xz"
+  flipped.write_bytes(good[:5000] + bytes([good[5000] ^ 0xFF]) + good[5001:])
+  truncated = tmp_path / "truncated.xz"
+  truncated.write_bytes(good[:len(good) // 2])
+  other = tmp_path / "other.xz"
+  other.write_bytes(lzma.compress(b"Some other book.\n"))
+  for path, needle in ((flipped, "damaged"), (truncated, "damaged"), (other, "not the reference"),
+                       (tmp_path / "missing.xz", "cannot read")):
+    with pytest.raises(LimitsError, match=needle) as e:
+      data.embedded_corpus(path)
+    assert str(path) in _one_line(e)
+
+
+def test_named_data_dir_without_corpus_never_falls_back(tmp_path, monkeypatch):
+  # A folder the user named must hold the corpus: no silent switch to the embedded copy.
+  monkeypatch.delenv(data.ENV_EMBEDDED, raising=False)
+  with pytest.raises(LimitsError) as e:
+    data.resolve_corpus(data_dir=tmp_path)
+  assert str(tmp_path) in _one_line(e) and data.FILENAME in str(e.value)
+  monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "nowhere"))
+  with pytest.raises(LimitsError, match="LIMITS_DATA_DIR"):
+    data.resolve_corpus()
 
 
 def test_crlf_and_bom_are_normalized(tmp_path):

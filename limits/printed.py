@@ -1,0 +1,106 @@
+"""The paper's formulas as one public summary prints them, beside the suite's reconstructions.
+
+The display formulas of arXiv 2508.17821 were not recoverable; the suite evaluates forms it
+rebuilt from the proofs (``limits.distance``, ``limits.separability``). One public summary of
+the paper prints two of them differently (docs/claims.md, "Printed and derived forms"):
+
+- **Theorem 2 upper bound, printed:** E[N_s]/N <= (1/N)·Σ_{i∈I_N} exp[−(r − ξ_i)²/(16M²)], with
+  no positive part and the constant 16M². The derivation from Hoeffding's inequality gives
+  (1/N)·Σ exp[−(ξ_i − r)_+²/(2M²)] (the suite's derived form, AMBIG-5).
+- **Random-set expectation, printed:** E = ((L − N)/L)·Σ_{i=1}^{L} ‖(α_i + N/(L − 1))·x_i − x̄‖₂ + ε,
+  with x̄ undefined there. Two natural readings (AMBIG-17): the attention output Σ_j α_j x_j
+  (adopted by default) or the plain mean of the x_j. The reconstruction is
+  ((L − N)/L)·Σ_i ‖α_i x_i − p·Σ_{j≠i} α_j x_j‖ with p = N/(L − 1) (AMBIG-3: or N/L).
+
+Every function here is pure, takes one query row (weights ``alpha (L,)``, vectors ``x (L, d)``
+and an optional boolean ``mask (L,)``, True = visible, so a causal prefix is a masked row with
+L = the number of visible keys) or one selected set (``xi (N,)``), and can be ``jax.vmap``-ed
+over leading axes. The Jensen term ε is not included: ``limits.distance.jensen_gap_bound``
+bounds it, and a claim's "+ ε" reading adds that bound.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax.numpy as jnp
+
+XBAR_READINGS = ("output", "mean")
+INCLUSION_READINGS = ("L-1", "L")
+
+
+def _visible(alpha, mask):
+  """(mask as float, number of visible keys L) for one row."""
+  m = jnp.ones_like(alpha) if mask is None else jnp.asarray(mask, alpha.dtype)
+  return m, jnp.sum(m)
+
+
+def xbar(alpha, x, mask: Optional[jnp.ndarray] = None, reading: str = "output"):
+  """x̄ of the printed E: the attention output Σ_j α_j x_j ("output") or the mean of the
+  visible x_j ("mean"). Shape (d,)."""
+  m, count = _visible(alpha, mask)
+  if reading == "output":
+    return (alpha * m) @ x
+  if reading == "mean":
+    return m @ x / count
+  raise ValueError(f"xbar reading must be one of {XBAR_READINGS}, got {reading!r}")
+
+
+def expected_printed(alpha, x, n, mask: Optional[jnp.ndarray] = None, xbar_reading="output"):
+  """The printed main sum ((L − N)/L)·Σ_{i visible} ‖(α_i + N/(L − 1))·x_i − x̄‖₂ (no ε).
+
+  Args:
+    alpha: (L,) attention weights of one query. x: (L, d) vectors. n: top-N size (may be a
+      traced scalar). mask: (L,) visible keys (default all); L in the formula is their count.
+    xbar_reading: "output" (x̄ = Σ_j α_j x_j) or "mean" (x̄ = mean of the visible x_j).
+  """
+  m, count = _visible(alpha, mask)
+  xb = xbar(alpha, x, mask, xbar_reading)
+  coef = alpha + n / (count - 1.0)
+  terms = jnp.linalg.norm(coef[:, None] * x - xb[None, :], axis=-1) * m
+  return (count - n) / count * jnp.sum(terms)
+
+
+def expected_reconstructed(alpha, x, n, mask: Optional[jnp.ndarray] = None, inclusion="L-1"):
+  """The reconstruction ((L − N)/L)·Σ_{i visible} ‖α_i x_i − p·Σ_{j≠i} α_j x_j‖₂ (no ε), with
+  p = N/(L − 1) (``inclusion="L-1"``, the default of AMBIG-3) or N/L (``"L"``)."""
+  m, count = _visible(alpha, mask)
+  if inclusion == "L-1":
+    p = n / (count - 1.0)
+  elif inclusion == "L":
+    p = n / count
+  else:
+    raise ValueError(f"inclusion must be one of {INCLUSION_READINGS}, got {inclusion!r}")
+  ax = (alpha * m)[:, None] * x
+  others = jnp.sum(ax, axis=0)[None, :] - ax
+  terms = jnp.linalg.norm(ax - p * others, axis=-1) * m
+  return (count - n) / count * jnp.sum(terms)
+
+
+def theorem2_upper_printed(xi, r, M=1.0):
+  """Printed Theorem 2 upper bound (1/N)·Σ_i exp[−(r − ξ_i)²/(16M²)] for one selected set.
+
+  xi: (N,) the ξ_i of the selected tokens; r: the tolerance radius; M: the sphere radius.
+  No positive part: the printed form decays on both sides of r = ξ_i.
+  """
+  return jnp.mean(jnp.exp(-((r - xi) ** 2) / (16.0 * M ** 2)), axis=-1)
+
+
+def theorem2_upper_derived(xi, r, M=1.0):
+  """The suite's derived form (Hoeffding on X_i ∈ [0, 2M]): (1/N)·Σ_i exp[−(ξ_i − r)_+²/(2M²)]."""
+  gap = jnp.maximum(xi - r, 0.0)
+  return jnp.mean(jnp.exp(-(gap ** 2) / (2.0 * M ** 2)), axis=-1)
+
+
+def xi_values(alpha_sel, M=1.0, delta=0.0):
+  """ξ_i for each selected token: ξ_i² = (M² − δ²/2)·(Σ_{j≠i} α_j)² + (δ²/2)·Σ_{j≠i} α_j².
+
+  alpha_sel: (N,) the selected weights. The leave-one-out sums are taken directly over j ≠ i
+  (not as total minus own, which cancels badly when one weight dominates).
+  """
+  n = alpha_sel.shape[-1]
+  off = 1.0 - jnp.eye(n, dtype=alpha_sel.dtype)
+  s1 = off @ alpha_sel
+  s2 = off @ (alpha_sel ** 2)
+  sq = (M ** 2 - delta ** 2 / 2.0) * s1 ** 2 + (delta ** 2 / 2.0) * s2
+  return jnp.sqrt(jnp.maximum(sq, 0.0))

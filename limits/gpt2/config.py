@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from limits.errors import LimitsError
 
@@ -26,6 +26,7 @@ _HF_DEFAULTS = dict(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_s
 class Config:
   """GPT-2 architecture. Frozen (hashable) so it can be a static argument of ``jax.jit``."""
 
+  family: ClassVar[str] = "gpt2"
   n_layer: int = 12
   n_head: int = 12
   n_embd: int = 768
@@ -58,6 +59,11 @@ class Config:
   def d_head(self) -> int:
     """Per-head width n_embd / n_head (64 for every released GPT-2)."""
     return self.n_embd // self.n_head
+
+  @property
+  def n_kv_head(self) -> int:
+    """Key/value heads: GPT-2 has one per query head."""
+    return self.n_head
 
   @property
   def d_mlp(self) -> int:

@@ -1,0 +1,126 @@
+"""Reading weight files that cannot run code: safetensors (single or sharded) and checks.
+
+Pickle formats (``pytorch_model.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``, ``*.pkl``) are refused:
+unpickling can run arbitrary code. Every problem is one LimitsError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+from limits.errors import LimitsError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy.pkl")
+SAFETENSORS_ALTERNATIVE = (
+    "convert it once in a trusted environment to safetensors (e.g. "
+    "AutoModelForCausalLM.from_pretrained(dir).save_pretrained(out, safe_serialization=True)) "
+    "or download model.safetensors instead")
+
+
+def is_pickle(path: pathlib.Path) -> bool:
+  """True for a file name in a pickle-based format."""
+  return pathlib.Path(path).name.lower().endswith(PICKLE_SUFFIXES)
+
+
+def refuse_pickle(path: pathlib.Path):
+  """Raises the LimitsError that refuses a pickle checkpoint, naming it and the alternative."""
+  raise LimitsError(f"refusing pickle checkpoint {path}: unpickling can run arbitrary code; "
+                    + SAFETENSORS_ALTERNATIVE)
+
+
+def first_line(e: BaseException) -> str:
+  """The first line of an exception's message, or its type name."""
+  return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
+  """All tensors of one safetensors file as numpy arrays (bfloat16 via ml_dtypes)."""
+  from safetensors import safe_open
+
+  if not path.is_file():
+    raise LimitsError(f"{path}: weight file is missing")
+  try:
+    with safe_open(str(path), framework="numpy") as f:
+      return {name: f.get_tensor(name) for name in f.keys()}
+  except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file.
+    raise LimitsError(f"{path}: corrupt or truncated safetensors file ({first_line(e)})") from None
+
+
+def read_sharded(index_path: pathlib.Path) -> dict[str, np.ndarray]:
+  """All tensors of a ``model.safetensors.index.json`` and its shards."""
+  try:
+    index = json.loads(index_path.read_text())
+    weight_map = index["weight_map"]
+    if not isinstance(weight_map, dict):
+      raise TypeError("weight_map is not an object")
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise LimitsError(f"{index_path}: not a valid safetensors index ({e})") from None
+  out = {}
+  for shard in sorted(set(weight_map.values())):
+    shard_path = index_path.parent / shard
+    if is_pickle(shard_path):
+      refuse_pickle(shard_path)
+    tensors = read_safetensors(shard_path)
+    for key, file in weight_map.items():
+      if file == shard and key not in tensors:
+        raise LimitsError(f"{shard_path}: index lists tensor {key} but the shard lacks it")
+    out.update(tensors)
+  return out
+
+
+def read_json(path: pathlib.Path, what: str = "config.json") -> dict:
+  """A JSON object from ``path``; one line if missing or invalid."""
+  if not path.is_file():
+    raise LimitsError(f"{path}: {what} is missing; a checkpoint directory needs it next to "
+                      "the weights")
+  try:
+    value = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    raise LimitsError(f"{path}: not valid JSON ({first_line(e)})") from None
+  if not isinstance(value, dict):
+    raise LimitsError(f"{path}: expected a JSON object, got {type(value).__name__}")
+  return value
+
+
+def check_tensors(flat: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]],
+                  source, family: str) -> None:
+  """Presence, shape, float dtype and finiteness of every expected tensor (LimitsError)."""
+  import jax.numpy as jnp
+
+  missing = [n for n in expected if n not in flat]
+  if missing:
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    raise LimitsError(f"{source}: missing tensors {', '.join(missing[:3])}{more} for this "
+                      f"{family} config (config does not match the weights)")
+  unexpected = [n for n in flat if n not in expected]
+  if unexpected:
+    more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
+    raise LimitsError(f"{source}: unexpected tensors {', '.join(unexpected[:3])}{more} "
+                      f"(config does not match the weights, or not a {family} checkpoint)")
+  for name, shape in expected.items():
+    value = flat[name]
+    if tuple(value.shape) != shape:
+      raise LimitsError(f"{source}: {name} has shape {tuple(value.shape)}, config expects "
+                        f"{shape}")
+    if not jnp.issubdtype(value.dtype, jnp.floating):  # ml_dtypes-aware (bfloat16)
+      raise LimitsError(f"{source}: {name} has non-float dtype {value.dtype}")
+    if not np.all(np.isfinite(value.astype(np.float32) if value.dtype.itemsize < 4 else value)):
+      raise LimitsError(f"{source}: {name} contains non-finite values (NaN or inf)")
+
+
+def cast(flat: dict[str, np.ndarray], dtype) -> dict[str, np.ndarray]:
+  """Every tensor cast to a floating ``dtype`` (None keeps the stored dtypes)."""
+  import jax.numpy as jnp
+
+  if dtype is None:
+    return flat
+  try:
+    target = jnp.dtype(dtype)
+  except TypeError:
+    raise LimitsError(f"dtype={dtype!r} is not a floating dtype") from None
+  if not jnp.issubdtype(target, jnp.floating):
+    raise LimitsError(f"dtype={dtype!r} is not a floating dtype")
+  return {k: v.astype(target) for k, v in flat.items()}

@@ -1,0 +1,217 @@
+"""GGUF files (llama.cpp's format; data only, cannot run code): config, weights, tokenizer.
+
+Read with the ``gguf`` package and dequantized to float32 (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+the K-quants and every other type ``gguf.quants.dequantize`` supports). Tensor names are
+mapped to HF Llama names. llama.cpp's converter permutes the rows of the Q and K projections
+for its own RoPE layout (``convert_hf_to_gguf.py``, ``LlamaModel.permute``); :func:`unpermute`
+undoes it so the weights match HF's rotate-half convention.
+
+The tokenizer is rebuilt from the file's vocabulary and merges with HF ``tokenizers``:
+byte-level BPE with the file's pre-tokenizer (``tokenizer.ggml.pre``: GPT-2's regex, with
+digits split one by one for ``smollm``-style vocabularies), control tokens as special tokens.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from limits.errors import LimitsError
+from limits.models.files import first_line
+
+ARCHITECTURES = ("llama",)
+# tokenizer.ggml.pre values whose pre-tokenizer splits digits individually before GPT-2's regex.
+_DIGIT_SPLIT_PRE = ("smollm", "llama-bpe", "llama3", "deepseek-llm", "falcon3")
+_TOKEN_CONTROL = 3  # gguf TokenType.CONTROL
+
+# GGUF tensor names (after ``blk.<i>.``) -> HF Llama names (after ``layers.<i>.``).
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GLOBAL_NAMES = {"token_embd.weight": "embed_tokens.weight", "output_norm.weight": "norm.weight",
+                 "output.weight": "lm_head.weight"}
+
+
+def open_reader(path) -> Any:
+  """A ``gguf.GGUFReader`` over ``path``; one line for a missing, truncated or corrupt file."""
+  from gguf import GGUFReader
+
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise LimitsError(f"{path}: GGUF file not found")
+  if path.stat().st_size == 0:
+    raise LimitsError(f"{path}: GGUF file is empty (0 bytes)")
+  try:
+    return GGUFReader(str(path))
+  except Exception as e:  # noqa: BLE001 - the reader raises ValueError, KeyError, IndexError...
+    raise LimitsError(f"{path}: not a readable GGUF file, truncated or corrupt "
+                      f"({first_line(e)})") from None
+
+
+def _field(reader, key: str, default=None):
+  field = reader.fields.get(key)
+  if field is None:
+    return default
+  try:
+    return field.contents()
+  except Exception as e:  # noqa: BLE001
+    raise LimitsError(f"GGUF metadata {key} is unreadable ({first_line(e)})") from None
+
+
+def architecture(reader, path) -> str:
+  """``general.architecture``; one line listing the supported ones for anything else."""
+  arch = _field(reader, "general.architecture")
+  if arch not in ARCHITECTURES:
+    raise LimitsError(f"{path}: GGUF architecture {arch!r} is not supported; supported: "
+                      f"{', '.join(ARCHITECTURES)}")
+  return arch
+
+
+def llama_config(reader, path):
+  """The Llama ``Config`` of a GGUF header (``llama.*`` keys)."""
+  from limits.models.llama.config import Config
+
+  get = lambda k, d=None: _field(reader, f"llama.{k}", d)
+  need = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+          "context_length")
+  missing = [k for k in need if get(k) is None]
+  if missing:
+    raise LimitsError(f"{path}: GGUF header lacks llama.{missing[0]}")
+  n_head = int(get("attention.head_count"))
+  d = int(get("embedding_length"))
+  head_dim = int(get("attention.key_length", d // n_head))
+  rot = get("rope.dimension_count")
+  if rot is not None and int(rot) != head_dim:
+    raise LimitsError(f"{path}: partial rotary (llama.rope.dimension_count={rot}, head "
+                      f"dim {head_dim}) is not supported")
+  scaling = get("rope.scaling.type")
+  if scaling not in (None, "none"):
+    raise LimitsError(f"{path}: RoPE scaling {scaling!r} is not supported (plain RoPE only)")
+  tokens = _field(reader, "tokenizer.ggml.tokens")
+  vocab = get("vocab_size") or (len(tokens) if tokens is not None else None)
+  if vocab is None:
+    raise LimitsError(f"{path}: GGUF header gives no vocabulary size")
+  names = {t.name for t in reader.tensors}
+  return Config(n_layer=int(get("block_count")), n_head=n_head,
+                n_kv_head=int(get("attention.head_count_kv", n_head)), n_embd=d,
+                head_dim=head_dim if head_dim != d // n_head else None,
+                d_mlp=int(get("feed_forward_length")), n_positions=int(get("context_length")),
+                vocab_size=int(vocab),
+                rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+                rope_theta=float(get("rope.freq_base", 10000.0)),
+                tie_word_embeddings="output.weight" not in names)
+
+
+def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+  """Undoes llama.cpp's Q/K row permutation: ``(n_head·d_head, D)`` rows back to HF order.
+
+  llama.cpp stores each head's rows as interleaved pairs (x0, x_{d/2}, x1, ...); HF keeps the
+  two halves contiguous (rotate-half). Inverse of ``w.reshape(n, 2, d/2, D).swapaxes(1, 2)``.
+  """
+  rows = w.shape[0]
+  return (w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:])
+          .swapaxes(1, 2).reshape(w.shape))
+
+
+def _dequantize(tensor, path) -> np.ndarray:
+  from gguf import quants
+
+  try:
+    out = quants.dequantize(tensor.data, tensor.tensor_type)
+  except NotImplementedError:
+    raise LimitsError(f"{path}: tensor {tensor.name} uses quantization "
+                      f"{tensor.tensor_type.name}, which the gguf package cannot dequantize"
+                      ) from None
+  except Exception as e:  # noqa: BLE001
+    raise LimitsError(f"{path}: tensor {tensor.name} is corrupt or truncated "
+                      f"({first_line(e)})") from None
+  return np.asarray(out, dtype=np.float32)
+
+
+def read_llama_tensors(reader, config, path) -> dict[str, np.ndarray]:
+  """``{HF Llama name without prefix: float32 array (out, in)}`` of every tensor."""
+  flat = {}
+  for tensor in reader.tensors:
+    name = tensor.name
+    if name in _GLOBAL_NAMES:
+      hf = _GLOBAL_NAMES[name]
+    elif name.startswith("blk."):
+      _, index, rest = name.split(".", 2)
+      if rest not in _LAYER_NAMES:
+        if rest.startswith("rope_freqs"):
+          raise LimitsError(f"{path}: tensor {name} (RoPE frequency factors) is not supported")
+        raise LimitsError(f"{path}: unexpected tensor {name} for a Llama model")
+      hf = f"layers.{index}.{_LAYER_NAMES[rest]}"
+    else:
+      raise LimitsError(f"{path}: unexpected tensor {name} for a Llama model")
+    w = _dequantize(tensor, path)
+    if rest_is(name, "attn_q.weight"):
+      w = unpermute(w, config.n_head)
+    elif rest_is(name, "attn_k.weight"):
+      w = unpermute(w, config.n_kv_head)
+    flat[hf] = w
+  return flat
+
+
+def rest_is(name: str, suffix: str) -> bool:
+  return name.startswith("blk.") and name.endswith("." + suffix)
+
+
+def load(path, *, dtype="float32"):
+  """``(config, flat tensors)`` of a Llama GGUF; every problem one LimitsError naming the file."""
+  from limits.models import files
+  from limits.models.llama import model as llama_model
+
+  reader = open_reader(path)
+  architecture(reader, path)
+  config = llama_config(reader, path)
+  flat = read_llama_tensors(reader, config, path)
+  files.check_tensors(flat, llama_model.checkpoint_shapes(config), path, "Llama")
+  return config, files.cast(flat, dtype)
+
+
+def tokenizer(path):
+  """The file's byte-level BPE as a ``limits.gpt2.tokenizer.Tokenizer``."""
+  from tokenizers import Tokenizer as HFTokenizer
+  from tokenizers import AddedToken, decoders, pre_tokenizers, processors
+  from tokenizers.models import BPE
+
+  from limits.gpt2.tokenizer import Tokenizer
+
+  reader = open_reader(path)
+  model = _field(reader, "tokenizer.ggml.model")
+  if model != "gpt2":
+    raise LimitsError(f"{path}: GGUF tokenizer model {model!r} is not supported (byte-level "
+                      "BPE, 'gpt2', only)")
+  tokens = _field(reader, "tokenizer.ggml.tokens")
+  merges = _field(reader, "tokenizer.ggml.merges")
+  if not tokens or merges is None:
+    raise LimitsError(f"{path}: GGUF file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+  types = _field(reader, "tokenizer.ggml.token_type") or []
+  vocab = {tok: i for i, tok in enumerate(tokens)}
+  pairs = [tuple(m.split(" ", 1)) for m in merges]
+  tok = HFTokenizer(BPE(vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix="",
+                        end_of_word_suffix="", fuse_unk=False))
+  byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+  pre = _field(reader, "tokenizer.ggml.pre")
+  if pre in _DIGIT_SPLIT_PRE:
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), byte_level])
+  else:
+    tok.pre_tokenizer = byte_level
+  tok.decoder = decoders.ByteLevel()
+  tok.post_processor = processors.ByteLevel(trim_offsets=False)
+  special = [tokens[i] for i, t in enumerate(types) if int(t) == _TOKEN_CONTROL]
+  if special:
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
+  return Tokenizer(tok)

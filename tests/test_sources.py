@@ -64,6 +64,7 @@ def no_corpus(tmp_path, monkeypatch):
   monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
   monkeypatch.delenv(data.ENV_ALLOW_DOWNLOAD, raising=False)
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(tmp_path / "empty_cache"))
+  monkeypatch.setenv(data.ENV_EMBEDDED, "0")  # the shipped copy off: no corpus anywhere
 
 
 def _one_line(err) -> str:

@@ -1,0 +1,350 @@
+"""The claims registry: each criterion on hand-made summaries that must pass and must fail,
+the borderline cases named in the paper's wording, robustness over readings, and the rule that
+rewording a claim cannot change its verdict. Every expected verdict here is decided by hand
+from the criterion's words, not by running the code under test."""
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from limits import claims as C
+
+H, F, NT, DEP = C.HOLDS, C.FAILS, C.NOT_TESTABLE, C.DEPENDS
+
+
+def judge(cid, summary, **reading):
+  claim = C.BY_ID[cid]
+  full = {rd.ambig: rd.options[0][0] for rd in claim.readings}
+  full.update(reading)
+  return C.judge_safely(claim, summary, full).status
+
+
+# --- registry shape -------------------------------------------------------------------------
+
+def test_ids_unique_and_stable_shape():
+  ids = [c.id for c in C.CLAIMS]
+  assert len(ids) == len(set(ids))
+  for c in C.CLAIMS:
+    assert c.kind in (C.PAPER, C.FINDING)
+    assert c.words and c.criterion and c.setting and c.step
+    assert all(d in C.BY_ID and d != c.id for d in c.derived_from)
+    assert c.judge.__doc__, c.id  # the threshold and why, in the docstring
+    for rd in c.readings:
+      assert rd.ambig in C.AMBIGUITIES
+
+
+def test_the_two_missing_rows_exist_and_row_14_is_the_cap():
+  assert "fig2a-linear-expected" in C.BY_ID and "fig2b-bound-tightens" in C.BY_ID
+  assert C.BY_ID["sphere-cap"].kind == C.PAPER
+  assert C.BY_ID["sphere-band"].kind == C.FINDING
+  for fid in ("cor3-tight", "simplex-diameter", "thm2-upper-derived"):
+    assert C.BY_ID[fid].kind == C.FINDING
+  assert C.BY_ID["multihead-coverage"].derived_from == ("fig3-band",)
+
+
+def test_docs_in_sync():
+  doc = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
+  assert doc.read_text(encoding="utf-8") == C.render_docs(), (
+      "docs/claims.md is stale: regenerate it with limits.claims.render_docs()")
+
+
+# --- saturation (Fig. 2b plateau, Fig. 3 decline) ------------------------------------------
+
+def vary_n(d_by_n, L=1024.0, **extra_cols):
+  rows = []
+  for n, d in d_by_n.items():
+    row = {"L": L, "N": n, "d_sum_mean": d, "d_norm_mean": d, "dmax_sum_mean": 2 * d,
+           "dmax_norm_mean": 2 * d, "expected_mean": d / 2, "gap_mean": d, "rows_checked": 10}
+    for k, v in extra_cols.items():
+      row[k] = v[n]
+    rows.append(row)
+  return {"rows": rows}
+
+
+def test_plateau_x44_then_plus17_counts_as_saturating():
+  # The issue's curve: ×4.4 from N = 1 to 20, then +17 % from 20 to 100.
+  s = vary_n({1: 1.0, 5: 2.5, 10: 3.5, 20: 4.4, 100: 4.4 * 1.17})
+  assert judge("fig2b-plateau", s) == H
+
+
+@pytest.mark.parametrize("power", [1.0, 0.5])
+def test_plateau_power_law_is_not_saturating(power):
+  s = vary_n({n: n ** power for n in (1, 5, 10, 20, 100)})
+  assert judge("fig2b-plateau", s) == F
+
+
+def test_plateau_borderline_ratio_half():
+  # before: ×4 over N 1→20 (slope ln4/ln20); after chosen so the slope ratio is exactly 0.5 / 0.55.
+  before = math.log(4) / math.log(20)
+  for ratio, want in ((0.5, H), (0.55, F)):
+    d100 = 4 * math.exp(ratio * before * math.log(5))
+    assert judge("fig2b-plateau", vary_n({1: 1.0, 20: 4.0, 100: d100})) == want, ratio
+
+
+def test_plateau_needs_growth_first_and_n20():
+  assert judge("fig2b-plateau", vary_n({1: 1.0, 20: 1.05, 100: 1.05})) == F  # < 10 % growth
+  assert judge("fig2b-plateau", vary_n({1: 1.0, 10: 2.0, 100: 2.1})) == NT   # no N = 20
+
+
+def test_plateau_reading_flips_give_depends():
+  rows = vary_n({1: 1.0, 20: 4.4, 100: 5.1})["rows"]
+  for r in rows:
+    r["d_norm_mean"] = float(r["N"])  # the other d̃ form grows linearly
+  a = C.assess(C.BY_ID["fig2b-plateau"], {"rows": rows})
+  assert a.verdict == DEP and "AMBIG-1" in a.label
+
+
+def test_fig3_decline_then_saturates_and_still_declining():
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  sat = {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79, 0.785, 0.78]}
+  still = {"n": ns, "median": [n ** -0.2 for n in ns]}  # one power law: no saturation
+  assert judge("fig3-decline", sat) == H
+  assert judge("fig3-decline", still) == F
+
+
+# --- bands -----------------------------------------------------------------------------------
+
+def sep(medians, maxima=None, ns=(1, 2, 4, 8, 16, 32, 64, 128)):
+  return {"n": list(ns), "median": list(medians),
+          "max": list(maxima if maxima is not None else medians)}
+
+
+@pytest.mark.parametrize("level,want", [(0.70, H), (0.85, H), (0.80, H), (0.69, F), (0.86, F)])
+def test_band_edges(level, want):
+  s = sep([1, 0.9, 0.85, 0.8] + [level] * 4)
+  assert judge("fig3-band", s) == want
+
+
+@pytest.mark.parametrize("p,want", [(0.70, H), (0.8, H), (0.85, H), (0.60, F), (0.90, F)])
+def test_multihead_on_the_papers_band(p, want):
+  # p = 0.70 is inside the paper's own 0.70–0.85 band, although 1 − 0.3³ = 97.3 % < 99 %.
+  assert judge("multihead-coverage", sep([1, 0.9, 0.85, 0.8] + [p] * 4)) == want
+
+
+@pytest.mark.parametrize("top,want", [(0.85, H), (0.5, H), (0.86, F), (0.95, F)])
+def test_sphere_cap(top, want):
+  # Above the cap only at N < 16 does not count (N = 2 separates everything on any data).
+  s = sep([1, 1, 0.9, 0.8, 0.4, 0.3, 0.3, 0.3], maxima=[1, 1, 0.97, 0.9, top, 0.3, 0.3, 0.3])
+  assert judge("sphere-cap", s) == want
+
+
+# --- inequalities and tracking ---------------------------------------------------------------
+
+def per_head(rows):
+  return {"per_head": [dict(zip(("n", "frac", "lower", "upper", "upper_printed", "stderr"), r))
+                       for r in rows]}
+
+
+def test_lower_bound_with_and_without_stderr():
+  ok = per_head([(4, "0.5", "0.4", 1, 1, "0"), (8, "0.4", "0", 1, 1, "0")])
+  bad = per_head([(4, "0.5", "0.6", 1, 1, "0")])
+  noisy = per_head([(4, "0.5", "0.6", 1, 1, "0.04")])  # 0.1 below, 3 stderr = 0.12: not a violation
+  assert judge("thm2-lower-model", ok) == H
+  assert judge("thm2-lower-model", bad) == F
+  assert judge("thm2-lower-sphere", noisy) == H
+
+
+def test_upper_tracking_uses_its_own_column():
+  rows = [(4, 0.6, 0, 0.65, 0.95, 0), (4, 0.3, 0, 0.9, 0.9, 0),   # max head: 0.6, bound 0.65 / 0.95
+          (8, 0.5, 0, 0.60, 0.60, 0)]
+  s = per_head(rows)
+  assert judge("thm2-upper-derived", s) == H      # gaps 0.05, 0.10
+  assert judge("fig3-upper-tracks", s) == F       # printed gap 0.35 at N = 4
+  below = per_head([(4, 0.7, 0, 0.65, 0.7, 0)])
+  assert judge("thm2-upper-derived", below) == F  # N_s/N above its bound
+
+
+def test_printed_upper_missing_is_not_testable_naming_the_field():
+  s = {"per_head": [{"n": 4, "frac": 0.5, "lower": 0, "upper": 0.6}]}
+  v = C.judge_safely(C.BY_ID["fig3-upper-tracks"], s, {})
+  assert v.status == NT and "upper_printed" in v.reason
+
+
+def test_thm1_bound_by_form():
+  s = {"rows": [{"L": 32, "N": 5, "violations_sum": 0, "violations_norm": 3, "rows_checked": 9}]}
+  assert judge("thm1-bound", s) == H
+  assert judge("thm1-bound", s, **{"AMBIG-1": "norm"}) == F
+
+
+def gradient(ts, cex, exceed=0, lemma2=0, g=None):
+  return {"T": ts, "counterexample_norm": cex, "data_exceed_paper": exceed, "data_pairs": 100,
+          "lemma2_exceed": lemma2, "g": g or {}}
+
+
+def test_corollary3_printed_and_tight():
+  ts = [0.01, 1.0, 10.0]
+  tied = [1 / (2 * t) for t in ts]            # the tied top-two row: exactly 1/(2T)
+  quarter = [min(1 / (4 * t), math.sqrt(2)) * 0.99 for t in ts]  # just below the bound
+  assert judge("cor3-printed", gradient(ts, tied)) == F
+  assert judge("cor3-printed", gradient(ts, quarter)) == H
+  assert judge("cor3-printed", gradient(ts, quarter, exceed=1)) == F
+  assert judge("cor3-tight", gradient(ts, tied)) == H
+  assert judge("cor3-tight", gradient(ts, [0.51 / t for t in ts])) == F
+
+
+def test_lemma2():
+  assert judge("lemma2", gradient([1.0], [0.1], lemma2=0)) == H
+  assert judge("lemma2", gradient([1.0], [0.1], lemma2=2)) == F
+
+
+# --- Figure 4 and the logit convention -------------------------------------------------------
+
+TS = [1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10, 30, 100]
+
+
+def test_fig4_inverse_t():
+  inv = {"1e-3": [1 / t for t in TS], "0.1": [2 / t for t in TS]}
+  flat = {"1e-3": [1 / t for t in TS], "0.1": [5.0 for _ in TS]}
+  assert judge("fig4-inverse-t", {"T": TS, "g": inv}) == H
+  assert judge("fig4-inverse-t", {"T": TS, "g": flat}) == F
+  # T^-0.75 is at the edge (slope within 0.25 of −1), T^-0.7 is not.
+  assert judge("fig4-inverse-t", {"T": TS, "g": {"a": [t ** -0.75 for t in TS]}}) == H
+  assert judge("fig4-inverse-t", {"T": TS, "g": {"a": [t ** -0.7 for t in TS]}}) == F
+
+
+def test_fig4_logit_convention_moves_the_threshold():
+  # 1/T below T = 0.1 only, flat from 0.1 up: holds on raw T; with d_head = 1024 the scaled
+  # reading's threshold is T < 0.1·32 = 3.2, where 3 of 8 points are flat (slope −0.6): fails.
+  g = {"a": [1 / t if t < 0.1 else 10.0 for t in TS]}
+  s = {"T": TS, "g": g, "d_head": 1024}
+  assert judge("fig4-inverse-t", s) == H
+  assert judge("fig4-inverse-t", s, **{"AMBIG-12": "scaled"}) == F
+  assert C.assess(C.BY_ID["fig4-inverse-t"], s).verdict == DEP
+
+
+def test_fig4_collapse():
+  ts = [1, 3, 10, 30, 100]
+  good = {"a": [1 / t for t in ts], "b": [1.5 / t for t in ts]}         # ×1.5 apart, 2 decades
+  apart = {"a": [1 / t for t in ts], "b": [3 / t for t in ts]}          # ×3 apart
+  shallow = {"a": [t ** -0.5 for t in ts], "b": [t ** -0.5 for t in ts]}  # drops 1 decade
+  assert judge("fig4-collapse", {"T": ts, "g": good}) == H
+  assert judge("fig4-collapse", {"T": ts, "g": apart}) == F
+  assert judge("fig4-collapse", {"T": ts, "g": shallow}) == F
+  assert judge("fig4-collapse", {"T": [1, 3, 10], "g": {"a": [1, .3, .1]}}) == NT  # 1 decade
+
+
+# --- Figure 2a, 2b convergence and tightening, 2c -------------------------------------------
+
+def vary_l(fn, key="d_sum_mean", ls=(32, 64, 128, 256, 512, 1024)):
+  return {"rows": [{"L": L, "N": 5, key: fn(L), "d_norm_mean": 1.0, "rows_checked": 1}
+                   for L in ls]}
+
+
+def test_linear_in_l():
+  assert judge("fig2a-linear-true", vary_l(lambda L: 3 * L)) == H
+  assert judge("fig2a-linear-true", vary_l(lambda L: L ** 0.85)) == H
+  assert judge("fig2a-linear-true", vary_l(lambda L: L ** 0.73)) == F
+  assert judge("fig2a-linear-true", vary_l(lambda L: L, ls=(32, 64))) == NT
+
+
+def test_printed_expectation_uses_the_xbar_reading():
+  s = vary_l(lambda L: 2 * L, key="expected_printed_output_mean")
+  for r in s["rows"]:
+    r["expected_printed_xmean_mean"] = 1.0 + 0 * r["L"]
+  assert judge("fig2a-linear-expected", s) == H
+  assert judge("fig2a-linear-expected", s, **{"AMBIG-17": "mean"}) == F
+  a = C.assess(C.BY_ID["fig2a-linear-expected"], s)
+  assert a.verdict == DEP and "AMBIG-17" in a.label
+
+
+def test_converge_and_tightens():
+  d = {1: 10.0, 5: 10.0, 10: 10.0, 20: 10.0, 100: 10.0}
+  close = vary_n(d, expected_printed_output_mean={1: 2.0, 5: 4, 10: 6, 20: 8, 100: 9.5},
+                 expected_printed_xmean_mean={1: 2.0, 5: 2, 10: 2, 20: 2, 100: 2})
+  assert judge("fig2b-converge", close) == H                          # gap 0.05 at N = 100
+  assert judge("fig2b-converge", close, **{"AMBIG-17": "mean"}) == F  # gap 0.8
+  rows = vary_n(d)["rows"]
+  for r in rows:
+    r["dmax_sum_mean"] = 30.0 if r["N"] == 20 else (20.0 if r["N"] == 100 else 40.0)
+  assert judge("fig2b-bound-tightens", {"rows": rows}) == H
+  for r in rows:
+    r["dmax_sum_mean"] = 30.0 if r["N"] == 20 else 35.0
+  assert judge("fig2b-bound-tightens", {"rows": rows}) == F
+
+
+def test_derived_expectation_jensen_reading():
+  d = {1: 10.0, 20: 10.0, 100: 10.0}
+  s = vary_n(d)
+  for r in s["rows"]:  # main sum far, main + Jensen bound within 5 % at N = 100
+    r["expected_mean"] = 5.0
+    r["gap_mean"] = 4.5 if r["N"] == 100 else 0.0
+  assert judge("fig2b-converge-derived", s) == F
+  assert judge("fig2b-converge-derived", s, **{"AMBIG-4": "jensen"}) == H
+
+
+def critical(by_l, alpha=0.01):
+  return {L: {"critical_n": n, "alpha": alpha, "evaluated": ev} for L, (n, ev) in by_l.items()}
+
+
+def test_critical_n_band_and_alpha_reading():
+  # L = 100: p-values by N; at α = 0.01 critical N = 6 (0.06 L, holds); at α = 0.05 the last
+  # N evaluated with p <= 0.05 is 15 and the first above is 20: N_crit in 16..20 (0.16–0.20 L,
+  # outside [0.03, 0.12]: fails).
+  ev = {"3": 0.001, "5": 0.005, "6": 0.02, "10": 0.03, "15": 0.04, "20": 0.2}
+  s = {"critical": critical({"100": (6, ev)}), "heads": 144}
+  assert judge("fig2c-critical-n", s) == H
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
+  assert C.assess(C.BY_ID["fig2c-critical-n"], s).verdict == DEP
+
+
+def test_critical_n_bracket_straddling_the_band_is_not_testable():
+  ev = {"2": 0.001, "30": 0.2}   # at α = 0.05 N_crit is anywhere in 3..30 for L = 100
+  s = {"critical": critical({"100": (None, ev)}), "heads": 144}
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == NT
+
+
+def test_ks_power():
+  # Exact two-sided KS, n = m: smallest p is 2/C(2n, n). Hand values: n = 4 → 2/70.
+  assert C.ks_min_pvalue(4) == pytest.approx(2 / 70)
+  assert C.ks_min_pvalue(144) < 1e-80
+  ev = {"1": 0.5}
+  s = {"critical": critical({"64": (1, ev)}), "heads": 4}   # 2/70 = 0.029 > 0.01
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-9": "0.01"})
+  assert v.status == NT and "cannot reject" in v.reason
+  # At α = 0.05 the test can reject with 4 heads: judged (N_crit = 1 at L = 64: 0.016 L, fails).
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
+
+
+# --- rewording, malformed input, tally -------------------------------------------------------
+
+SAMPLES = {
+    "fig2b-plateau": vary_n({1: 1.0, 5: 2.5, 10: 3.5, 20: 4.4, 100: 5.1}),
+    "fig3-band": sep([1, 0.9, 0.85, 0.8, 0.75, 0.74, 0.73, 0.72]),
+    "cor3-printed": gradient([1.0], [0.5]),
+}
+
+
+@pytest.mark.parametrize("cid", sorted(SAMPLES))
+def test_rewording_cannot_change_the_verdict(cid):
+  claim = C.BY_ID[cid]
+  reworded = dataclasses.replace(claim, words="completely different words",
+                                 where="elsewhere", criterion="reworded", setting="other")
+  a, b = C.assess(claim, SAMPLES[cid]), C.assess(reworded, SAMPLES[cid])
+  assert (a.verdict, a.label, a.default) == (b.verdict, b.label, b.default)
+
+
+def test_summaries_are_read_by_key_not_by_claim_text():
+  results = {"verdicts": [{"claim": "anything at all", "verdict": "holds",
+                           "measured": {"violating_queries": 0, "queries_checked": 12}}],
+             "summary": [{"L": 32, "violations": 0}, {"L": 64, "violations": 2}]}
+  s = C.summarize("vanishing", results)
+  assert s["band_violations"] == 2 and s["band_queries"] == 12
+  assert judge("cor1-band", s) == F
+
+
+@pytest.mark.parametrize("summary", [{}, {"rows": [{"L": "x", "N": 5}]}, {"rows": "garbage"}])
+def test_malformed_or_missing_summary_is_not_testable(summary):
+  for cid in ("fig2b-plateau", "thm1-bound", "fig2a-linear-true"):
+    v = C.judge_safely(C.BY_ID[cid], summary, {})
+    assert v.status == NT and v.reason, (cid, v)
+
+
+def test_tally_counts_paper_claims_once():
+  def fake(cid, verdict):
+    return C.Assessment(C.BY_ID[cid], verdict, verdict, C.Verdict(verdict))
+
+  t = C.tally([fake("fig3-band", F), fake("multihead-coverage", F), fake("cor3-tight", H),
+               fake("cor3-printed", F), fake("lemma2", H)])
+  assert t[F] == 2 and t[H] == 1  # derived multihead and the finding cor3-tight not counted

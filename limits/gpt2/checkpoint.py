@@ -27,8 +27,10 @@ import numpy as np
 from limits.errors import LimitsError
 from limits.gpt2 import model as model_lib
 from limits.gpt2.config import Config
+from limits.models import files
+from limits.models import hub
+from limits.models.files import PICKLE_SUFFIXES  # noqa: F401 (re-exported)
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy.pkl")
 KNOWN_NAMES = {
     "gpt2": "openai-community/gpt2",
     "gpt2-medium": "openai-community/gpt2-medium",
@@ -37,123 +39,31 @@ KNOWN_NAMES = {
     "distilgpt2": "distilbert/distilgpt2",
 }
 _SKIPPED_BUFFERS = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
-_SAFETENSORS_ALTERNATIVE = (
-    "convert it once in a trusted environment to safetensors (e.g. "
-    "GPT2LMHeadModel.from_pretrained(dir).save_pretrained(out, safe_serialization=True)) "
-    "or download model.safetensors instead")
 
 
 # ----------------------------------------------------------------------------------------------
 # Name resolution (local Hugging Face cache only).
 
 def hf_cache_dirs() -> list[pathlib.Path]:
-  """The HF hub cache directories consulted, in order (HF_HUB_CACHE, HF_HOME/hub, default)."""
-  dirs = []
-  if os.environ.get("HF_HUB_CACHE"):
-    dirs.append(pathlib.Path(os.environ["HF_HUB_CACHE"]))
-  if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-    dirs.append(pathlib.Path(os.environ["HUGGINGFACE_HUB_CACHE"]))
-  if os.environ.get("HF_HOME"):
-    dirs.append(pathlib.Path(os.environ["HF_HOME"]) / "hub")
-  xdg = os.environ.get("XDG_CACHE_HOME")
-  base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
-  dirs.append(base / "huggingface" / "hub")
-  seen, out = set(), []
-  for d in dirs:
-    if str(d) not in seen:
-      seen.add(str(d))
-      out.append(d)
-  return out
+  """The HF hub cache directories consulted, in order (see ``limits.models.hub.cache_dirs``)."""
+  return hub.cache_dirs()
 
 
 def _snapshot(repo_dir: pathlib.Path) -> Optional[pathlib.Path]:
-  snaps = repo_dir / "snapshots"
-  if not snaps.is_dir():
-    return None
-  ref = repo_dir / "refs" / "main"
-  if ref.is_file():
-    rev = ref.read_text().strip()
-    if (snaps / rev / "config.json").exists():
-      return snaps / rev
-  candidates = [p for p in snaps.iterdir() if (p / "config.json").exists()]
-  if not candidates:
-    return None
-  return max(candidates, key=lambda p: p.stat().st_mtime)
+  return hub.snapshot(repo_dir)
 
 
 def resolve(path_or_name) -> pathlib.Path:
-  """Returns the directory or file a ``load`` argument refers to (no network)."""
+  """The directory or file a ``load`` argument refers to: an existing path, else a hub name
+  (the local HF cache first, then a download: ``limits.models.hub.resolve_name``)."""
   path = pathlib.Path(os.path.expanduser(str(path_or_name)))
   if path.exists():
     return path
-  name = str(path_or_name)
-  if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", name):
-    raise LimitsError(f"checkpoint {name!r} not found: no such file or directory")
-  repo_ids = [name]
-  if name in KNOWN_NAMES:
-    repo_ids.append(KNOWN_NAMES[name])
-  elif name.startswith("openai-community/") or name.startswith("distilbert/"):
-    repo_ids.append(name.split("/", 1)[1])
-  looked = []
-  for cache in hf_cache_dirs():
-    for repo_id in repo_ids:
-      repo_dir = cache / ("models--" + repo_id.replace("/", "--"))
-      looked.append(str(repo_dir))
-      snap = _snapshot(repo_dir)
-      if snap is not None:
-        return snap
-  want = KNOWN_NAMES.get(name, name)
-  raise LimitsError(
-      f"model {name!r} is neither a path nor in the local Hugging Face cache (looked in "
-      f"{', '.join(looked)}); on a machine with network run `huggingface-cli download {want} "
-      f"config.json model.safetensors tokenizer.json` and copy the cache or set HF_HUB_CACHE")
+  return hub.resolve_name(str(path_or_name))
 
 
 # ----------------------------------------------------------------------------------------------
 # Reading weight files.
-
-def _refuse_pickle(path: pathlib.Path):
-  raise LimitsError(f"refusing pickle checkpoint {path}: unpickling can run arbitrary code; "
-                    + _SAFETENSORS_ALTERNATIVE)
-
-
-def _is_pickle(path: pathlib.Path) -> bool:
-  return path.name.lower().endswith(PICKLE_SUFFIXES)
-
-
-def _read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
-  from safetensors import safe_open
-
-  if not path.is_file():
-    raise LimitsError(f"{path}: weight file is missing")
-  try:
-    with safe_open(str(path), framework="numpy") as f:  # bfloat16 arrives via ml_dtypes
-      return {name: f.get_tensor(name) for name in f.keys()}
-  except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file.
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise LimitsError(f"{path}: corrupt or truncated safetensors file ({msg})") from None
-
-
-def _read_sharded(index_path: pathlib.Path) -> dict[str, np.ndarray]:
-  try:
-    index = json.loads(index_path.read_text())
-    weight_map = index["weight_map"]
-    if not isinstance(weight_map, dict):
-      raise TypeError("weight_map is not an object")
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise LimitsError(f"{index_path}: not a valid safetensors index ({e})") from None
-  out = {}
-  for shard in sorted(set(weight_map.values())):
-    shard_path = index_path.parent / shard
-    if _is_pickle(shard_path):
-      _refuse_pickle(shard_path)
-    tensors = _read_safetensors(shard_path)
-    for key, file in weight_map.items():
-      if file == shard and key not in tensors:
-        raise LimitsError(f"{shard_path}: index lists tensor {key} but the shard lacks it")
-    out.update(tensors)
-  return out
-
 
 def _read_msgpack(path: pathlib.Path) -> dict[str, np.ndarray]:
   """Flax msgpack (data only) in the HF Flax GPT-2 layout -> checkpoint-named numpy arrays."""
@@ -221,9 +131,9 @@ def _weight_file(directory: pathlib.Path) -> pathlib.Path:
   singles = sorted(directory.glob("*.safetensors"))
   if len(singles) == 1:
     return singles[0]
-  pickles = sorted(p for p in directory.iterdir() if _is_pickle(p))
+  pickles = sorted(p for p in directory.iterdir() if files.is_pickle(p))
   if pickles:
-    _refuse_pickle(pickles[0])
+    files.refuse_pickle(pickles[0])
   raise LimitsError(f"{directory}: no model.safetensors, model.safetensors.index.json or "
                     "flax_model.msgpack found")
 
@@ -282,8 +192,8 @@ def load(path_or_name, *, dtype: Any = "float32") -> tuple[Config, dict]:
 
   path = resolve(path_or_name)
   if path.is_file():
-    if _is_pickle(path):
-      _refuse_pickle(path)
+    if files.is_pickle(path):
+      files.refuse_pickle(path)
     directory, weights = path.parent, path
     if not (path.name.endswith(".safetensors") or path.name.endswith(".msgpack")
             or path.name.endswith(".index.json")):
@@ -299,11 +209,11 @@ def load(path_or_name, *, dtype: Any = "float32") -> tuple[Config, dict]:
   if weights is None:
     weights = _weight_file(directory)
   if weights.name.endswith(".index.json"):
-    raw = _read_sharded(weights)
+    raw = files.read_sharded(weights)
   elif weights.name.endswith(".msgpack"):
     raw = _read_msgpack(weights)
   else:
-    raw = _read_safetensors(weights)
+    raw = files.read_safetensors(weights)
   flat = _normalise_names(raw, config, weights)
   if dtype is not None:
     try:

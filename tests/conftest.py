@@ -28,3 +28,10 @@ def reference_corpus(tmp_path_factory) -> Path:
   path = tmp_path_factory.mktemp("embedded_corpus") / data.FILENAME
   path.write_text(data.embedded_corpus().text, encoding="utf-8", newline="")
   return path
+
+
+@pytest.fixture(autouse=True)
+def _hub_offline(monkeypatch):
+  """No test reaches the internet: hub downloads are off unless a test serves a fake hub on
+  127.0.0.1 and lifts this itself (tests/test_hub.py)."""
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -676,7 +676,9 @@ SLOPE_TOL, COLLAPSE_FACTOR, DROP, DROP_TOL = 0.25, 2.0, 2.0, 0.5
 
 def _t_scale(s, r) -> float:
   """Raw-T units per paper-T unit: 1 on the raw q·k scale; √d_head if the paper's T values
-  refer to HF-scaled logits q·k/√d_head (AMBIG-12)."""
+  refer to HF-scaled logits q·k/√d_head (AMBIG-12). Under the scaled reading g itself is √d_head
+  times the raw-scale g at ε·√d_head; the constant factor changes neither a log-log slope nor the
+  spread between curves, but the recorded curves are for the raw-scale ε grid (not rescaled)."""
   if r.get("AMBIG-12") == "scaled":
     return math.sqrt(num(need(s, "d_head")))
   return 1.0
@@ -714,7 +716,8 @@ def judge_fig4_collapse(s, r) -> Verdict:
   end = max(range(len(t_hi)), key=lambda k: t_hi[k] if t_hi[k] <= t_hi[0] * 100 * (1 + 1e-9)
             else -1)
   if t_hi[end] < t_hi[0] * 100 * (1 - 1e-9):
-    raise Missing(f"a temperature at {t_hi[0] * 100:.3g} (two decades above {t_hi[0]:.3g})")
+    raise Missing(f"a temperature up to {t_hi[0] * 100:.3g} in its grid (two decades above "
+                  f"{t_hi[0]:.3g})")
   spread = max(math.log10(max(v) / min(v)) for v in zip(*curves.values()))
   drops = {e: math.log10(c[0] / c[end]) for e, c in curves.items()}
   ok = (spread <= math.log10(COLLAPSE_FACTOR) + 1e-12
@@ -1081,6 +1084,22 @@ def tally(assessments: Sequence[Assessment]) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------
 # docs/claims.md
 
+def _doc_with_helpers(fn) -> str:
+  """A judge's docstring on one line, with the docstring of each helper it cites by
+  :func:`name` appended, so docs/claims.md states every threshold in full."""
+  import inspect
+  import re
+
+  doc = " ".join((inspect.getdoc(fn) or "").split())
+  extra = []
+  for name in dict.fromkeys(re.findall(r":func:`(\w+)`", doc)):
+    helper = globals().get(name)
+    if callable(helper) and helper.__doc__:
+      extra.append(f"`{name}`: " + " ".join(inspect.getdoc(helper).split()))
+  doc = re.sub(r":func:`(\w+)`", r"`\1`", doc)
+  return doc + ("" if not extra else " " + " ".join(extra))
+
+
 def render_docs() -> str:
   """docs/claims.md: every claim with its words, setting, criterion and readings, the
   ambiguity options and the fields the suite still needs from its steps."""
@@ -1099,7 +1118,7 @@ def render_docs() -> str:
     for c in CLAIMS:
       if c.kind != kind:
         continue
-      doc = " ".join((inspect.getdoc(c.judge) or "").split())
+      doc = _doc_with_helpers(c.judge)
       lines += [f"### `{c.id}` ({c.where})", "", f"> {c.words}", "",
                 f"- Setting: {c.setting}; step `{c.step}`.",
                 f"- Criterion: {c.criterion}.", f"- Why: {doc}"]

@@ -13,7 +13,10 @@ Examples:
 ``linspace:A:B:K`` are accepted for a value list); ``--config`` is a JSON file holding
 ``{"axes": {...}}``, ``{"cells": [...]}``, a plain ``{name: [values]}`` or a list of cells.
 Parameters not named take the experiment's defaults. Re-running the same command continues an
-interrupted run in the same ``--out_dir`` (``--noresume`` refuses a non-empty one). On several
+interrupted run in the same ``--out_dir`` (``--noresume`` refuses a non-empty one); a different
+grid or config there is refused with every difference named, unless the earlier sweep recorded
+no cell (then the corrected command replaces it). A second sweep started on a folder in use
+stops with one line. A grid above 100,000 cells is announced on stderr. On several
 hosts, set ``LIMITS_DISTRIBUTED=1`` (Cloud TPU, Slurm, Open MPI) or ``JAX_COORDINATOR_ADDRESS``,
 ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` and start the same command on every host.
 
@@ -23,6 +26,7 @@ and at the end ``results.json`` and ``records.csv`` with every record in grid or
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from absl import app, flags
@@ -53,8 +57,6 @@ flags.register_validator("batch_size", lambda v: v is not None and v >= 1,
                          message="--batch_size must be a positive integer")
 flags.register_validator("devices", lambda v: v is not None and v >= 0,
                          message="--devices must be >= 0 (0 = all devices)")
-flags.register_validator("seed", lambda v: v is not None and 0 <= v < 2**32,
-                         message="--seed must be in [0, 2**32)")
 flags.register_multi_flags_validator(
     ["grid", "config"], lambda d: not (d["grid"] and d["config"]),
     message="give either --grid or --config, not both")
@@ -77,6 +79,17 @@ def describe() -> str:
   return "\n".join(lines)
 
 
+LARGE_GRID = 100_000
+
+
+def warn_large_grid(n_cells: int | None) -> None:
+  """One line on stderr for a grid above :data:`LARGE_GRID` cells (it still runs)."""
+  if n_cells is not None and n_cells > LARGE_GRID:
+    print(f"sweep: warning: the grid has {n_cells:,} cells (more than {LARGE_GRID:,}); sweep.json "
+          f"lists every cell and each finished cell is one record line", file=sys.stderr,
+          flush=True)
+
+
 def main(argv):
   del argv
   if FLAGS.describe:
@@ -93,9 +106,13 @@ def main(argv):
     grid = sweep.load_grid_file(FLAGS.config)
   else:
     grid = None
+  warn_large_grid(len(grid) if grid is not None else None)
   grid = exp.make_grid(grid)
   sweep.select_devices(FLAGS.devices or None)  # one-line error before anything is written
-  out = results.prepare_out_dir(FLAGS.out_dir, f"sweep_{exp.name}")
+  # Writable and locked (one sweep per folder and process index) before any cell is computed;
+  # whether the folder holds another sweep is the manifest's check (sweep.json).
+  out = results.prepare_out_dir(FLAGS.out_dir, f"sweep_{exp.name}", check_identity=False,
+                                lock_tag=str(jax.process_index()))
   lead = jax.process_index() == 0
   if lead:
     print(f"sweep: {exp.name}, {len(grid)} cells; run directory {out}", flush=True)

@@ -324,11 +324,52 @@ def save_checkpoint(ckpt_dir: Path, state: dict, meta: dict) -> None:
 
   from limits.results import write_json
 
-  ckpt_dir.mkdir(parents=True, exist_ok=True)
+  from limits.errors import LimitsError
+  from limits.results import oserror_line
+
   tmp = ckpt_dir / (CKPT_FILE + ".tmp")
-  tmp.write_bytes(serialization.to_bytes(state))
-  os.replace(tmp, ckpt_dir / CKPT_FILE)
+  try:
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as f:
+      f.write(serialization.to_bytes(state))
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, ckpt_dir / CKPT_FILE)
+  except OSError as e:
+    tmp.unlink(missing_ok=True)
+    raise LimitsError(oserror_line(e, "write", ckpt_dir / CKPT_FILE)) from None
   write_json(ckpt_dir / CKPT_META, meta)
+
+
+def read_meta(ckpt_dir: Path) -> dict:
+  """The checkpoint's ckpt.json; a one-line LimitsError when it is unreadable or not JSON."""
+  from limits.errors import LimitsError
+
+  path = ckpt_dir / CKPT_META
+  try:
+    meta = json.loads(path.read_text(encoding="utf-8"))
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise LimitsError(f"checkpoint metadata {str(path)!r} is unreadable ({type(e).__name__}); "
+                      f"delete {str(ckpt_dir)!r} to start over") from None
+  if not isinstance(meta, dict):
+    raise LimitsError(f"checkpoint metadata {str(path)!r} is not a JSON object; delete "
+                      f"{str(ckpt_dir)!r} to start over")
+  return meta
+
+
+def check_output_dirs(out_dir: Path, ckpt_dir: Path) -> None:
+  """Both folders can be created and written, before any training (one-line LimitsError)."""
+  from limits.errors import LimitsError
+  from limits.results import check_writable
+
+  for path, flag in ((out_dir, "--out_dir"), (ckpt_dir, "--ckpt_dir")):
+    if path.exists() and not path.is_dir():
+      raise LimitsError(f"{flag}={str(path)!r} exists and is not a folder")
+    try:
+      path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+      raise LimitsError(f"cannot create {flag}={str(path)!r}: {e.strerror}") from None
+    check_writable(path, flag)
 
 
 def load_checkpoint(ckpt_dir: Path, template: dict):
@@ -339,7 +380,7 @@ def load_checkpoint(ckpt_dir: Path, template: dict):
 
   if not (ckpt_dir / CKPT_FILE).is_file() or not (ckpt_dir / CKPT_META).is_file():
     return None, None
-  meta = json.loads((ckpt_dir / CKPT_META).read_text())
+  meta = read_meta(ckpt_dir)
   try:
     state = serialization.from_bytes(template, (ckpt_dir / CKPT_FILE).read_bytes())
   except Exception as e:  # noqa: BLE001 - msgpack/flax raise several types.
@@ -484,13 +525,13 @@ def main(argv):
 
   from limits import data as data_lib
   from limits import gpt2
-  from limits.errors import LimitsError, check
+  from limits.errors import LimitsError
   from limits.results import env_info, flags_config, write_json
 
   t_start = time.time()
   out_dir = Path(FLAGS.out_dir or "results/train_tiny/model")
   ckpt_dir = Path(FLAGS.ckpt_dir) if FLAGS.ckpt_dir else out_dir.parent / "ckpt"
-  check(not out_dir.exists() or out_dir.is_dir(), f"--out_dir={str(out_dir)!r} is not a folder")
+  check_output_dirs(out_dir, ckpt_dir)  # unwritable or not a folder: one line, before training
   settings = flags_config(FLAGS, RESUME_KEYS)
 
   corpus = data_lib.resolve_corpus(text=FLAGS.text, data_dir=FLAGS.data_dir)
@@ -501,7 +542,7 @@ def main(argv):
   # Tokenizer: trained once on the training split, kept with the checkpoint for exact resume.
   meta_prev = None
   if (ckpt_dir / CKPT_META).is_file():
-    meta_prev = json.loads((ckpt_dir / CKPT_META).read_text())
+    meta_prev = read_meta(ckpt_dir)
     if meta_prev.get("settings") != settings or meta_prev.get("corpus_sha256") != corpus.sha256:
       raise LimitsError(f"checkpoint in {ckpt_dir} was made with other settings or another "
                         f"corpus; delete it or pass another --ckpt_dir")
@@ -651,6 +692,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from limits import cli
+  from limits import cli  # also installs the common flag rules (one-line errors, seed range)
 
   app.run(cli.guard(main))

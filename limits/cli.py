@@ -1,21 +1,40 @@
 """Thin helpers shared by every ``experiments/*`` absl script.
 
-- :func:`guard` wraps ``main`` so a :class:`~limits.errors.LimitsError` becomes a one-line
-  ``error: ...`` on stderr with exit code 2, and Ctrl-C says where partial results are.
+- :func:`guard` wraps ``main`` so a :class:`~limits.errors.LimitsError` (or an ``OSError`` such
+  as a full disk) becomes one line ``error: ...`` on stderr with exit code 2, and Ctrl-C exits
+  130 saying where partial results are.
+- Flag errors exit the same way: importing this module makes ``absl.app.run`` parse flags with
+  :func:`parse_flags` (one line ``error: ...``, exit code 2, instead of absl's two lines and
+  exit code 1). It also applies the rules common to every CLI: ``--seed`` must be an integer in
+  [0, 2**32) (:data:`SEED_RANGE`), and ``--overwrite`` (defined here) lets a run replace another
+  run's results in its ``--out_dir`` (see :func:`limits.results.prepare_out_dir`).
 - :func:`setup_precision` turns on float64 (``--x64``) before any array is made.
 - Validators for ``flags.register_validator`` that give one-line messages.
+
+Exit codes: 0 success; 2 bad input, a bad flag, a missing or corrupt file, or a failed write
+(one line on stderr); 130 interrupted (Ctrl-C / SIGINT).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
+
+from absl import app, flags
 
 from limits.errors import LimitsError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+SEED_RANGE = (0, 2**32)
+# Flags that change how a run executes, not what it computes (not part of a run's identity).
+EXECUTION_FLAGS = frozenset({"out_dir", "overwrite", "progress", "plot", "resume", "only",
+                             "devices", "verbosity"})
+
+flags.DEFINE_boolean("overwrite", False, "Let this run replace the results of a different run "
+                     "in --out_dir (default: refuse; the same command continues its own run).")
 
 
 def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], object]:
@@ -31,8 +50,11 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
     try:
       return main(argv)
     except LimitsError as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(EXIT_USAGE)
+      _fail(str(e))
+    except OSError as e:  # a write or read the library did not anticipate (disk full, ...)
+      from limits.results import oserror_line
+
+      _fail(oserror_line(e, "write" if e.errno in _WRITE_ERRNOS else "access"))
     except KeyboardInterrupt:
       print("interrupted: results written so far are kept in the run directory",
             file=sys.stderr)
@@ -41,10 +63,70 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
   return wrapped
 
 
+def _fail(message: str) -> None:
+  print(f"error: {' '.join(message.split())}", file=sys.stderr)  # always exactly one line
+  sys.exit(EXIT_USAGE)
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG}
+
+
+# ---------------------------------------------------------------------------------- flags
+
+
+def _seed_ok(value) -> bool:
+  return value is None or (isinstance(value, int) and SEED_RANGE[0] <= value < SEED_RANGE[1])
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing with the rules common to every CLI and one-line errors (exit 2).
+
+  Registers, once, the seed rule on a ``--seed`` flag and makes ``--overwrite`` a key flag of
+  the main module (so ``--help`` lists it), then parses.
+  """
+  fv = flags.FLAGS
+  if "seed" in fv and not getattr(parse_flags, "_seed_rule", False):
+    flags.register_validator("seed", _seed_ok, message=f"--seed must be an integer in "
+                             f"[0, 2**32) = [0, {SEED_RANGE[1]})", flag_values=fv)
+    parse_flags._seed_rule = True  # type: ignore[attr-defined]
+  if argv:
+    try:
+      fv.register_key_flag_for_module(argv[0], fv["overwrite"])
+    except Exception:  # pragma: no cover - help listing only
+      pass
+  try:
+    return fv(list(argv))
+  except flags.Error as e:
+    _fail(str(e))
+    raise  # unreachable
+
+
+# absl.app.run(main) parses with its default flags_parser; make that ours for every CLI.
+_defaults = list(app.run.__defaults__ or ())
+if len(_defaults) == 2:
+  app.run.__defaults__ = (_defaults[0], parse_flags)
+
+
+def run_identity() -> dict[str, Any]:
+  """The flags of the running CLI (its main module) that determine its results: every flag
+  it defines less :data:`EXECUTION_FLAGS`. Empty when flags are not parsed (library use)."""
+  fv = flags.FLAGS
+  if not fv.is_parsed() or not sys.argv:
+    return {}
+  own = fv.flags_by_module_dict().get(sys.argv[0], [])
+  return {f.name: f.value for f in own if f.name not in EXECUTION_FLAGS}
+
+
+def overwrite_requested() -> bool:
+  """The value of ``--overwrite`` (False when flags are not parsed)."""
+  fv = flags.FLAGS
+  return bool(fv.is_parsed() and fv["overwrite"].value)
+
+
 def _quiet_library_logs() -> None:
   """absl shows INFO logs by default (e.g. JAX's "Unable to initialize backend 'tpu'"); keep
   warnings and errors only, unless the user asked for a level with --verbosity/-v."""
-  from absl import flags, logging
+  from absl import logging
 
   try:
     asked = flags.FLAGS["verbosity"].present

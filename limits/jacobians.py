@@ -53,14 +53,31 @@ def _dtype(x) -> np.dtype:
   return np.dtype(jnp.asarray(x).dtype)
 
 
+def _check_step(eps, name: str = "eps") -> None:
+  """One-line LimitsError for a concrete finite-difference step that is not finite and > 0
+  (eps = 0 divides by zero; a traced eps passes)."""
+  v = normalizers._concrete_float(eps)
+  if v is not None and not (math.isfinite(v) and v > 0):
+    raise LimitsError(f"{name}={v!r} is not allowed; the finite-difference step must be a finite "
+                      "number > 0")
+
+
+def _check_iters(iters) -> int:
+  ok = isinstance(iters, (int, np.integer)) and not isinstance(iters, bool) and iters >= 1
+  if not ok:
+    raise LimitsError(f"iters={iters!r} is not allowed; power iteration needs an integer >= 1 "
+                      "(0 steps would return the norm along the random start vector)")
+  return int(iters)
+
+
 def _flatten_rows(logits, mask):
+  normalizers.check_logits(logits)
   logits = jnp.asarray(logits)
   if not jnp.issubdtype(logits.dtype, jnp.floating):
     logits = logits.astype(jnp.result_type(float))
   lead = logits.shape[:-1]
   flat = logits.reshape((-1, logits.shape[-1]))  # (R, L)
-  m = None if mask is None else jnp.broadcast_to(jnp.asarray(mask, bool), logits.shape).reshape(
-      flat.shape)
+  m = None if mask is None else normalizers._mask_like(logits, mask).reshape(flat.shape)
   return flat, m, lead
 
 
@@ -228,7 +245,9 @@ def spectral_norm_matfree(fn: Callable, logits, iters: int = 100, mask=None, key
   Starts from a Gaussian vector over the visible positions (``key``, default key(0); not the
   all-ones vector, which is in the null space of every simplex normalizer's J). Returns ‖Jv‖
   for the final unit v: a lower bound that converges to ‖J‖₂ at rate (σ₂/σ₁)^(2·iters).
+  ``iters`` must be an integer >= 1 (LimitsError otherwise).
   """
+  iters = _check_iters(iters)
   flat, m, lead = _flatten_rows(logits, mask)
   key = jax.random.key(0) if key is None else key
   v0 = jax.random.normal(key, flat.shape, flat.dtype)
@@ -261,9 +280,12 @@ def spectral_norm_matfree(fn: Callable, logits, iters: int = 100, mask=None, key
 def finite_difference(fn: Callable, logits, eps=None, mask=None) -> Array:
   """Central-difference Jacobian (fn(l + h e_j) − fn(l − h e_j)) / 2h, (..., L) -> (..., L, L).
 
-  h = ``eps`` (default :data:`FD_EPS` for the dtype). Columns of masked keys are 0.
+  h = ``eps`` (default :data:`FD_EPS` for the dtype; a given eps must be finite and > 0).
+  Columns of masked keys are 0.
   """
   flat, m, lead = _flatten_rows(logits, mask)
+  if eps is not None:
+    _check_step(eps)
   h = FD_EPS[_dtype(flat)] if eps is None else eps
   L = flat.shape[-1]
   E = jnp.eye(L, dtype=flat.dtype) * h  # (L, L), row j = h e_j
@@ -299,8 +321,11 @@ def fd_sensitivity(fn: Callable, logits, eps, key, mask=None) -> Array:
   """The paper's g(T, ε) = ‖fn(l + εv) − fn(l)‖₂ / ε per row, v a fresh random unit direction.
 
   Section 3.4 / Algorithm 5 (T lives inside fn). (..., L) -> (...,). For a normalizer onto the
-  simplex, g ≤ √2/ε (the diameter of the simplex) and g ≤ ‖J‖₂ + O(ε).
+  simplex, g ≤ √2/ε (the diameter of the simplex) and g ≤ ‖J‖₂ + O(ε). A concrete ε must
+  be finite and > 0 (LimitsError).
   """
+  _check_step(eps, "epsilon")
+  normalizers.check_logits(logits)
   logits = jnp.asarray(logits)
   if not jnp.issubdtype(logits.dtype, jnp.floating):
     logits = logits.astype(jnp.result_type(float))

@@ -5,7 +5,12 @@ Every function maps a logit row ``(..., L)`` to weights ``(..., L)``; leading ax
 
 - masked entries get weight exactly 0 and receive zero gradient;
 - a fully masked row gives all zeros, finite forward and backward (no ``-inf - -inf``);
-- stable at extreme but legal input (temperature 1e-4, logits ±1e4) in float32 and float64.
+- stable at extreme but legal input (temperature 1e-4, logits ±1e4) in float32 and float64;
+- a NaN among a row's visible logits makes that whole row NaN (as ``jax.nn.softmax`` does):
+  never all zeros, which would look like a fully masked row. The same holds for a traced
+  temperature (or ``s``) that is ≤ 0 or NaN under ``jit``: the rows it scales are NaN. A
+  concrete temperature ≤ 0 is a :class:`~limits.errors.LimitsError`, as is a scalar or
+  empty (L = 0) logit array and a mask that does not broadcast to the logits' shape.
 
 Implemented:
 
@@ -82,14 +87,39 @@ def _mask_like(logits: Array, mask) -> Array:
   mask = jnp.asarray(mask)
   if mask.dtype != jnp.bool_:
     mask = mask != 0
-  return jnp.broadcast_to(mask, jnp.shape(logits))
+  shape = tuple(jnp.shape(logits))
+  try:
+    ok = np.broadcast_shapes(tuple(mask.shape), shape) == shape
+  except ValueError:
+    ok = False
+  if not ok:
+    raise LimitsError(f"mask of shape {tuple(mask.shape)} does not broadcast to the logits' "
+                      f"shape {shape}; give a boolean mask of shape {shape} (or broadcastable)")
+  return jnp.broadcast_to(mask, shape)
+
+
+def check_logits(logits) -> None:
+  """One-line LimitsError unless logits has shape (..., L) with L >= 1 (shapes are static, so
+  this also holds under jit)."""
+  shape = tuple(jnp.shape(logits))
+  if len(shape) == 0:
+    raise LimitsError("logits is a scalar (shape ()); a logit row needs shape (..., L), L >= 1")
+  if shape[-1] == 0:
+    raise LimitsError(f"logits of shape {shape} has L = 0 keys; a logit row needs L >= 1")
 
 
 def _as_float(logits) -> Array:
+  check_logits(logits)
   logits = jnp.asarray(logits)
   if not jnp.issubdtype(logits.dtype, jnp.floating):
     logits = logits.astype(jnp.result_type(float))
   return logits
+
+
+def _positive_or_nan(value, dtype) -> Array:
+  """value where > 0, else NaN: a traced temperature ≤ 0 gives NaN rows, not plausible ones."""
+  v = jnp.asarray(value, dtype)
+  return jnp.where(v > 0, v, jnp.nan)
 
 
 def visible_count(mask: Array) -> Array:
@@ -98,8 +128,9 @@ def visible_count(mask: Array) -> Array:
 
 
 def _safe_div(num: Array, den: Array) -> Array:
-  """num / den with den == 0 rows giving 0 (and finite gradients)."""
-  ok = den > 0
+  """num / den with den == 0 rows (fully masked) giving 0 and finite gradients; a NaN den
+  (a NaN logit or temperature) gives NaN, never a silent 0."""
+  ok = den != 0
   return jnp.where(ok, num / jnp.where(ok, den, 1), 0)
 
 
@@ -140,6 +171,7 @@ def softmax(logits, temperature=1.0, mask=None) -> Array:
   _check_positive(temperature, "temperature")
   logits = _as_float(logits)
   m = _mask_like(logits, mask)
+  temperature = _positive_or_nan(temperature, logits.dtype)
   # Shift in logit space *before* dividing by T: XLA may compile x / T as x * (1/T) in one
   # place and not another, so a shift after scaling need not give exactly 0 at the max.
   x = jnp.where(m, logits, 0)
@@ -157,6 +189,7 @@ def ssmax(logits, s=1.0, mask=None) -> Array:
   _check_positive(s, "s")
   logits = _as_float(logits)
   m = _mask_like(logits, mask)
+  s = _positive_or_nan(s, logits.dtype)
   n = visible_count(m)[..., None].astype(logits.dtype)  # (..., 1)
   scale = s * jnp.log(jnp.maximum(n, 1))
   x = jnp.where(m, logits, 0)
@@ -174,6 +207,7 @@ def sa_softmax(logits, temperature=1.0, mask=None) -> Array:
   _check_positive(temperature, "temperature")
   logits = _as_float(logits)
   m = _mask_like(logits, mask)
+  temperature = _positive_or_nan(temperature, logits.dtype)
   z = jnp.where(m, logits, 0) / temperature
   return jnp.where(m, z * softmax(logits, temperature, m), 0)
 
@@ -207,7 +241,10 @@ def sparsemax(logits, mask=None) -> Array:
   k = jnp.maximum(jnp.sum(support, axis=-1, keepdims=True, dtype=jnp.int32), 1)  # (..., 1)
   cs_k = jnp.take_along_axis(cs, k - 1, axis=-1)
   tau = (cs_k - 1) / k.astype(z.dtype)
-  return jnp.where(m, jnp.maximum(z - tau, 0), 0)
+  out = jnp.where(m, jnp.maximum(z - tau, 0), 0)
+  # The sort puts a NaN last, so the threshold could look fine: make the whole row NaN.
+  has_nan = jnp.any(m & jnp.isnan(z), axis=-1, keepdims=True)
+  return jnp.where(has_nan, jnp.nan, out)
 
 
 # ----------------------------------------------------------------------------- entmax

@@ -3,13 +3,32 @@
 Every experiment writes ``DIR/results.json`` with the schema
 ``{"experiment", "config", "env", "results"}`` (DESIGN.md), plus CSV and PNG files. All writes
 go to a temporary file in the same directory and are moved into place with ``os.replace``, so
-an interrupted run never leaves a half-written file behind.
+an interrupted run never leaves a half-written file behind; files are created with mode
+0644 (less the umask), like the CSV and PNG files. A failed write (disk full, read-only
+mount, permission) is a one-line :class:`~limits.errors.LimitsError` naming the file.
+
+Run directories (:func:`prepare_out_dir`), for every CLI:
+
+- the folder is created and a probe file is written and removed, so a read-only or full disk
+  fails with one line *before* any computation;
+- a lock (``DIR/.lock``, ``fcntl.flock``, held until the process exits) refuses a second run on
+  the same folder while the first is running;
+- ``DIR/.limits-run.json`` records the experiment and its *identity* (the command's flags,
+  less those that only change how it runs: ``out_dir``, ``overwrite``, ``progress``, ``plot``,
+  ``resume``, ``only``, ``devices``, ``verbosity``). Re-running the same command in the same
+  folder continues or redoes that run in place. A different command is refused with one line
+  naming the first differing flag (old and new value) when the folder already holds results
+  (any file other than the marker, the lock and ``log.txt``), unless ``--overwrite`` is given:
+  then the old ``results.json`` is removed first, so a new run that fails never presents the
+  old results as its own (other files of the old run are replaced as the new run writes them).
+  A folder without results (e.g. left by a run that failed on its inputs) is simply reused.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import errno
 import io
 import json
 import math
@@ -32,8 +51,147 @@ def default_out_dir(experiment: str) -> Path:
   return Path("results") / experiment / stamp
 
 
-def prepare_out_dir(out_dir: str | os.PathLike | None, experiment: str) -> Path:
-  """Creates (if needed) and returns the run directory; a one-line error if it cannot."""
+RUN_MARKER = ".limits-run.json"
+LOCK_FILE = ".lock"
+# Files that are not results of a run: the marker, locks, the probe and reproduce's step log.
+_NOT_RESULTS = ("log.txt",)
+_HELD_LOCKS: dict[str, int] = {}  # resolved lock path -> open fd (kept until exit)
+
+
+def oserror_line(e: OSError, action: str = "write", path=None) -> str:
+  """One line for an OSError: what failed, on which file, and why."""
+  name = path if path is not None else (e.filename or "?")
+  why = e.strerror or str(e) or type(e).__name__
+  hint = {errno.ENOSPC: " (disk full)", errno.EROFS: " (read-only file system)",
+          errno.EACCES: " (permission denied)", errno.EDQUOT: " (disk quota exceeded)"
+          }.get(e.errno, "")
+  return f"cannot {action} {str(name)!r}: {why}{hint if why.lower() not in hint else ''}"
+
+
+def check_writable(path: str | os.PathLike, what: str = "--out_dir") -> Path:
+  """Writes and removes a probe file in the folder path; a one-line LimitsError if it cannot."""
+  path = Path(path)
+  probe = path / f".limits-write-probe-{os.getpid()}"
+  try:
+    with open(probe, "wb") as f:
+      f.write(b"probe\n")
+      f.flush()
+      os.fsync(f.fileno())
+  except OSError as e:
+    raise LimitsError(f"{what}={str(path)!r} is not writable: "
+                      f"{oserror_line(e, 'write', probe)}") from None
+  finally:
+    try:
+      os.unlink(probe)
+    except OSError:
+      pass
+  return path
+
+
+def lock_dir(path: str | os.PathLike, tag: str = "", what: str = "--out_dir") -> Path:
+  """Takes an exclusive lock on ``path/.lock[.tag]`` for the rest of this process.
+
+  Idempotent within a process. Another process holding it gives a one-line LimitsError that
+  names its pid. The lock is advisory (``fcntl.flock``) and released when the process exits,
+  also when it is killed, so no stale lock is ever left behind.
+  """
+  import fcntl
+
+  lock = Path(path) / (LOCK_FILE + (f".{tag}" if tag else ""))
+  key = str(lock.resolve())
+  if key in _HELD_LOCKS:
+    return lock
+  try:
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError as e:
+    raise LimitsError(f"{what}={str(path)!r}: {oserror_line(e, 'create', lock)}") from None
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    try:
+      other = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+    except OSError:
+      other = "?"
+    os.close(fd)
+    raise LimitsError(f"{what}={str(path)!r} is in use by another run (pid {other}); wait for "
+                      "it to finish or use another folder") from None
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+  _HELD_LOCKS[key] = fd
+  return lock
+
+
+def is_locked(path: str | os.PathLike, tag: str = "") -> bool:
+  """Whether this process holds the lock of :func:`lock_dir` on path (and tag)."""
+  lock = Path(path) / (LOCK_FILE + (f".{tag}" if tag else ""))
+  return str(lock.resolve()) in _HELD_LOCKS
+
+
+def release_dir(path: str | os.PathLike, tag: str = "") -> None:
+  """Releases a lock taken by :func:`lock_dir` in this process (no-op if not held)."""
+  lock = Path(path) / (LOCK_FILE + (f".{tag}" if tag else ""))
+  fd = _HELD_LOCKS.pop(str(lock.resolve()), None)
+  if fd is not None:
+    os.close(fd)
+
+
+def _holds_results(path: Path) -> list[str]:
+  """Names of the entries of path that are results of some run (sorted)."""
+  return sorted(p.name for p in path.iterdir()
+                if not p.name.startswith(".") and p.name not in _NOT_RESULTS)
+
+
+def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+  for k in sorted(set(old) | set(new)):
+    if old.get(k, "<unset>") != new.get(k, "<unset>"):
+      return f"{k}: {old.get(k, '<unset>')!r} before, {new.get(k, '<unset>')!r} now"
+  return None
+
+
+def check_run_identity(path: Path, experiment: str, identity: Mapping[str, Any],
+                       overwrite: bool) -> None:
+  """Refuses (one line) to mix a different run into a folder holding results; records ours."""
+  new = {"experiment": experiment, **to_jsonable(dict(identity))}
+  marker = path / RUN_MARKER
+  old = None
+  if marker.exists():
+    try:
+      old = json.loads(marker.read_text(encoding="utf-8"))
+      assert isinstance(old, dict)
+    except (OSError, ValueError, AssertionError):
+      old = {"experiment": "<unreadable run marker>"}
+  found = _holds_results(path)
+  if old != new and found and not overwrite:
+    if old is None:
+      why = (f"it holds {', '.join(found[:3])}{' ...' if len(found) > 3 else ''} from another "
+             "run")
+    else:
+      why = f"it holds a different run ({_first_difference(old, new)})"
+    raise LimitsError(f"--out_dir={str(path)!r} not used: {why}; use a new --out_dir, the "
+                      "same command to continue that run, or --overwrite to replace it")
+  if old != new and overwrite and (path / "results.json").exists():
+    try:
+      os.unlink(path / "results.json")
+    except OSError as e:
+      raise LimitsError(oserror_line(e, "remove", path / "results.json")) from None
+  if old != new:
+    write_json(marker, new)
+
+
+def prepare_out_dir(out_dir: str | os.PathLike | None, experiment: str, *,
+                    identity: Mapping[str, Any] | None = None, overwrite: bool | None = None,
+                    lock_tag: str = "", check_identity: bool = True) -> Path:
+  """Creates (if needed), probes, locks and returns the run directory (see the module doc).
+
+  Args:
+    out_dir: the folder (None: results/<experiment>/<UTC time>).
+    experiment: the experiment's name.
+    identity: what makes two runs the same run (default: the flags of the running CLI, less
+      the execution-only ones, from :func:`limits.cli.run_identity`).
+    overwrite: replace a different run's results (default: the ``--overwrite`` flag).
+    lock_tag: lock file suffix (a multi-host sweep locks per process index).
+    check_identity: False when the caller checks identity itself (the sweep's manifest).
+  """
   path = Path(out_dir) if out_dir else default_out_dir(experiment)
   if path.exists() and not path.is_dir():
     raise LimitsError(f"--out_dir={str(path)!r} exists and is not a directory")
@@ -41,6 +199,16 @@ def prepare_out_dir(out_dir: str | os.PathLike | None, experiment: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise LimitsError(f"cannot create --out_dir={str(path)!r}: {e.strerror}") from None
+  check_writable(path)
+  lock_dir(path, lock_tag)
+  if check_identity:
+    from limits import cli
+
+    if identity is None:
+      identity = cli.run_identity()
+    if overwrite is None:
+      overwrite = cli.overwrite_requested()
+    check_run_identity(path, experiment, identity, bool(overwrite))
   return path
 
 
@@ -107,22 +275,39 @@ def to_jsonable(obj: Any) -> Any:
   return obj
 
 
+def _file_mode() -> int:
+  """0644 less the process umask (mkstemp's own 0600 would hide results from other users)."""
+  mask = os.umask(0)
+  os.umask(mask)
+  return 0o644 & ~mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-  """Writes text to path via a temp file + fsync + os.replace (never half-written)."""
+  """Writes text to path via a temp file + fsync + os.replace (never half-written).
+
+  The file gets mode 0644 (less the umask). Any OSError (disk full, read-only, permission) is
+  a one-line LimitsError naming the file; the temp file is removed and an existing file at
+  path is left untouched.
+  """
   path = Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+  tmp = None
   try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+      os.fchmod(f.fileno(), _file_mode())
       f.write(text)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
-    try:
-      os.unlink(tmp)
-    except OSError:
-      pass
+  except BaseException as e:
+    if tmp is not None:
+      try:
+        os.unlink(tmp)
+      except OSError:
+        pass
+    if isinstance(e, OSError):
+      raise LimitsError(oserror_line(e, "write", path)) from None
     raise
   return path
 

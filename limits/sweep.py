@@ -36,10 +36,15 @@ Store (one run directory):
 
 - ``sweep.json``: manifest with the experiment, the config that determines the numbers (seed,
   x64, extra) and the full grid. Re-running in the same directory with a different experiment,
-  grid or config is a :class:`~limits.errors.LimitsError`, never silent mixing. Execution
+  grid or config is a :class:`~limits.errors.LimitsError` naming every difference (key, old and
+  new value), never silent mixing, once a cell is recorded; a sweep that recorded no cell (it
+  failed on a bad model, say) is replaced by the corrected command. Execution
   settings (``batch_size``, devices) are not part of it: a run may resume with fewer devices
   or a smaller batch (after running out of memory, say); cells computed before and after may
   then differ in the last bits, as explained above.
+- ``.lock.<process_index>``: while a process runs a sweep it holds an exclusive ``flock`` on
+  it, so a second sweep started on the same folder stops with one line instead of computing
+  every cell again (the lock dies with its process; nothing stale is left).
 - ``records.<process_index>.jsonl``: append-only, one JSON record per finished cell per line,
   ``{"cell", "id", "index", "result", "sha256"}``; ``sha256`` is over the exact bytes of the
   record before the ``sha256`` field. Each batch's lines are appended with one write, then
@@ -473,14 +478,20 @@ def append_lines(path: str | os.PathLike, lines: Sequence[str]) -> None:
   path = Path(path)
   created = not path.exists()
   data = "".join(line + "\n" for line in lines).encode("utf-8")
-  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
   try:
-    view = memoryview(data)
-    while view:
-      view = view[os.write(fd, view):]
-    os.fsync(fd)
-  finally:
-    os.close(fd)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+      view = memoryview(data)
+      while view:
+        view = view[os.write(fd, view):]
+      os.fsync(fd)
+    finally:
+      os.close(fd)
+  except OSError as e:  # a torn last line is repaired on resume; say it in one line
+    from limits.results import oserror_line
+
+    raise LimitsError(oserror_line(e, "append to", path) + "; the cells recorded so far are "
+                      "kept, run the same command again to continue") from None
   if created:
     _fsync_dir(path.parent)
 
@@ -522,20 +533,74 @@ def _manifest(exp_name: str, grid: Grid, config: Mapping[str, Any]) -> dict:
   }
 
 
-def _check_manifest(old: Mapping[str, Any], new: Mapping[str, Any], run_dir: Path) -> None:
+def _short(values: Sequence[Any], limit: int = 6) -> str:
+  """A list for a one-line message, cut after ``limit`` values."""
+  vals = list(values)
+  if len(vals) <= limit:
+    return repr(vals)
+  return "[" + ", ".join(map(repr, vals[:limit])) + f", ... ({len(vals)} values)]"
+
+
+def grid_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+  """What differs between two manifests' grids: per axis (product grids), else the cell count
+  and the first differing cell. Each item says the old and the new value."""
+  og, ng = old.get("grid") or {}, new.get("grid") or {}
+  if isinstance(og.get("axes"), Mapping) and isinstance(ng.get("axes"), Mapping):
+    oa, na = og["axes"], ng["axes"]
+    out = []
+    for k in list(oa) + [k for k in na if k not in oa]:
+      if oa.get(k) != na.get(k):
+        before = _short(oa[k]) if k in oa else "absent"
+        now = _short(na[k]) if k in na else "absent"
+        out.append(f"grid axis {k!r}: {before} before, {now} now")
+    if out:
+      return out
+  oc, nc = list(og.get("cells") or []), list(ng.get("cells") or [])
+  out = [] if len(oc) == len(nc) else [f"grid: {len(oc)} cells before, {len(nc)} now"]
+  for i, (a, b) in enumerate(zip(oc, nc)):
+    if a != b:
+      diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+      out.append("first differing cell " + str(i) + ": " + ", ".join(
+          f"{k}={a.get(k)!r} before, {b.get(k)!r} now" for k in sorted(diff)))
+      break
+  return out or ["grid: same cells in a different order"]
+
+
+def manifest_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+  """Every difference between two manifests, each naming the key, its old and new value."""
   diffs = []
   if old.get("format") != new["format"]:
-    diffs.append(f"format {old.get('format')!r}")
+    diffs.append(f"format: {old.get('format')!r} before, {new['format']!r} now")
   if old.get("experiment") != new["experiment"]:
-    diffs.append(f"experiment {old.get('experiment')!r} (now {new['experiment']!r})")
-  if old.get("grid_sha256") != new["grid_sha256"]:
-    diffs.append(f"grid ({old.get('n_cells')} cells, now {new['n_cells']})")
+    diffs.append(f"experiment: {old.get('experiment')!r} before, {new['experiment']!r} now")
+  elif old.get("grid_sha256") != new["grid_sha256"]:
+    diffs.extend(grid_differences(old, new))
   oc, nc = old.get("config", {}), new["config"]
   for k in sorted(set(oc) | set(nc)):
     if oc.get(k) != nc.get(k):
-      diffs.append(f"{k}={oc.get(k)!r} (now {nc.get(k)!r})")
-  check(not diffs, f"--out_dir={str(run_dir)!r} holds a different sweep: {'; '.join(diffs)}; "
-        "use a new --out_dir or the original settings")
+      diffs.append(f"{k}: {oc.get(k)!r} before, {nc.get(k)!r} now")
+  return diffs
+
+
+def _has_records(run_dir: Path) -> bool:
+  return any(p.stat().st_size > 0 for p in shard_paths(run_dir))
+
+
+def _check_manifest(old: Mapping[str, Any], new: Mapping[str, Any], run_dir: Path,
+                    log: Callable[[str], None] | None = None) -> bool:
+  """Whether the manifest must be (re)written. A different sweep with recorded cells is a
+  LimitsError naming every difference; one that recorded nothing (it failed before its first
+  cell, say on a bad model) is replaced, with one line saying what changed."""
+  diffs = manifest_differences(old, new)
+  if not diffs:
+    return False
+  if not _has_records(run_dir):
+    if log is not None:
+      log(f"{str(run_dir)!r} held a sweep that recorded no cell; replacing it "
+          f"({'; '.join(diffs)})")
+    return True
+  raise LimitsError(f"--out_dir={str(run_dir)!r} holds a different sweep with recorded cells: "
+                    f"{'; '.join(diffs)}; use a new --out_dir or the original settings")
 
 
 def load_done(run_dir: str | os.PathLike, grid: Grid, *, own_shard: Path | None = None,
@@ -764,8 +829,6 @@ def run_sweep(experiment: "str | Experiment", grid=None, run_dir: str | os.PathL
   """
   import jax
 
-  from limits.progress import Progress
-
   t0 = time.perf_counter()
   exp = get_experiment(experiment)
   check(isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1,
@@ -784,7 +847,8 @@ def run_sweep(experiment: "str | Experiment", grid=None, run_dir: str | os.PathL
   run_dir = Path(run_dir)
   if run_dir.exists() and not run_dir.is_dir():
     raise LimitsError(f"--out_dir={str(run_dir)!r} exists and is not a directory")
-  if not resume and run_dir.exists() and any(run_dir.iterdir()):
+  if not resume and run_dir.exists() and any(not p.name.startswith(".")
+                                              for p in run_dir.iterdir()):
     raise LimitsError(f"--out_dir={str(run_dir)!r} is not empty and resuming is off; "
                       "use a new directory or --resume")
   run_dir.mkdir(parents=True, exist_ok=True)
@@ -792,14 +856,34 @@ def run_sweep(experiment: "str | Experiment", grid=None, run_dir: str | os.PathL
                  **dict(config or {})}
   man = _manifest(exp.name, grid, full_config)
   man_path = run_dir / MANIFEST
-  if man_path.exists():
-    _check_manifest(read_manifest(run_dir), man, run_dir)
-  else:
-    check(not shard_paths(run_dir), f"--out_dir={str(run_dir)!r} has records but no {MANIFEST}; "
-          "use a new directory")
-    from limits.results import write_json
+  from limits import results
 
-    write_json(man_path, man)
+  took_lock = not results.is_locked(run_dir, str(pidx))
+  results.lock_dir(run_dir, str(pidx))  # a second sweep on this folder: one line, not a rerun
+  try:
+    if man_path.exists():
+      write = _check_manifest(read_manifest(run_dir), man, run_dir, log)
+    else:
+      check(not _has_records(run_dir),
+            f"--out_dir={str(run_dir)!r} has records but no {MANIFEST}; use a new directory")
+      write = True
+    if write:
+      results.write_json(man_path, man)
+    return _run_batches(exp, grid, run_dir, seed, batch_size, mesh, pidx, owners, log,
+                        progress, t0)
+  finally:
+    if took_lock:
+      results.release_dir(run_dir, str(pidx))
+
+
+def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_size: int, mesh,
+                 pidx: int, owners: Sequence[int], log, progress: bool, t0: float) -> Summary:
+  """The engine's loop: every unfinished batch, appended to this process's shard."""
+  import jax
+
+  from limits.progress import Progress
+
+  k = len(owners)
 
   own = shard_path(run_dir, pidx)
   done, problems = load_done(run_dir, grid, own_shard=own, log=log)

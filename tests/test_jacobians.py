@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from limits import jacobians as J
 from limits import normalizers as N
+from limits.errors import LimitsError
 
 L = 7
 
@@ -186,3 +187,34 @@ def test_fd_sensitivity_never_exceeds_sqrt2_over_eps(x, logT, eps, name, seed):
     assert np.all(np.isfinite(g))
     # The simplex has diameter √2; 1e-12 relative slack for rounding of the two weight vectors.
     assert np.all(g <= np.sqrt(2) / eps * (1 + 1e-12))
+
+
+# ----------------------------------------------------------------------------- bad input edges
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda f, x: J.finite_difference(f, x, eps=0.0), "eps=0.0"),
+    (lambda f, x: J.finite_difference(f, x, eps=-1e-3), "eps=-0.001"),
+    (lambda f, x: J.finite_difference(f, x, eps=float("nan")), "eps=nan"),
+    (lambda f, x: J.fd_sensitivity(f, x, 0.0, jax.random.key(0)), "epsilon=0.0"),
+    (lambda f, x: J.spectral_norm_matfree(f, x, iters=0), "iters=0"),
+    (lambda f, x: J.spectral_norm_matfree(f, x, iters=-3), "iters=-3"),
+    (lambda f, x: J.exact(f, jnp.float32(2.0)), "scalar"),
+    (lambda f, x: J.finite_difference(f, jnp.zeros((2, 0))), "L = 0"),
+])
+def test_degenerate_parameters_are_one_line_errors(call, needle):
+  # Before: eps = 0 returned NaN and iters = 0 the norm along the random start vector (a
+  # wrong number), both without complaint.
+  f = N.get("softmax")
+  with pytest.raises(LimitsError) as e:
+    call(f, jnp.array([0.3, -1.0, 2.0]))
+  assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_one_power_iteration_is_a_lower_bound_of_the_svd_norm():
+  # iters = 1 is allowed and never exceeds the exact norm (a Rayleigh-quotient bound).
+  x = jnp.array([[0.3, -1.0, 2.0, 0.0], [1.0, 1.0, -0.5, 0.2]])
+  f = N.get("softmax")
+  dense = np.linalg.svd(np.asarray(J.softmax_closed_form(x, 1.0)), compute_uv=False)[:, 0]
+  one = np.asarray(J.spectral_norm_matfree(f, x, iters=1))
+  assert (one <= dense * (1 + 1e-5)).all() and (one > 0).all()

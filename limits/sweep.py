@@ -66,6 +66,7 @@ shard files together before :func:`collect`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -73,7 +74,9 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -798,6 +801,35 @@ def _host_rows(tree: Mapping[str, Any]) -> dict[int, dict[str, np.ndarray]]:
   return rows
 
 
+class _StopRequest:
+  requested = False
+
+
+@contextlib.contextmanager
+def _stop_between_batches(log: Callable[[str], None] | None):
+  """Defers the first Ctrl-C (SIGINT) until the batch in flight is recorded, then raises
+  KeyboardInterrupt; a second Ctrl-C stops at once. Inside XLA (a host callback, say) a
+  KeyboardInterrupt would surface as an opaque runtime error and lose the batch. Only in the
+  main thread (signal handlers cannot be set elsewhere)."""
+  stop = _StopRequest()
+  if threading.current_thread() is not threading.main_thread():
+    yield stop
+    return
+
+  def handler(signum, frame):
+    if stop.requested:
+      raise KeyboardInterrupt
+    stop.requested = True
+    if log is not None:
+      log("interrupt: stopping after the batch in flight is recorded (Ctrl-C again to stop now)")
+
+  previous = signal.signal(signal.SIGINT, handler)
+  try:
+    yield stop
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def _stderr(msg: str) -> None:
   print(f"sweep: {msg}", file=sys.stderr, flush=True)
 
@@ -906,8 +938,11 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
   computed = 0
   seed_arr = np.asarray(seed, dtype=np.uint32)
   show = progress and pidx == 0
-  with Progress(pending, f"sweep {exp.name}", unit="cells", enabled=show) as bar:
+  with Progress(pending, f"sweep {exp.name}", unit="cells", enabled=show) as bar, \
+      _stop_between_batches(log) as stop:
     for b in batches:
+      if stop.requested:  # Ctrl-C arrived during the previous batch, now recorded
+        raise KeyboardInterrupt
       idx = b + [b[-1]] * (gb - len(b))  # pad by repeating the last cell
       cells = [grid.cells[i] for i in idx]
       static = {n: cells[0][n] for n in static_names}

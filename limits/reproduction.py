@@ -1,19 +1,24 @@
-"""The reproduction plan: which experiment checks which claim of the paper, and the report.
+"""The reproduction plan: which experiment runs, how its outputs are read, and the report.
 
 ``experiments/reproduce.py`` is the CLI over this module. Each :class:`Step` is one experiment
-command (paper settings, and a ``quick`` variant for 2 CPU cores); each :class:`Claim` is one
-quantitative statement of PAPER.md §4 (and Corollary 3), tied to the verdict its step writes in
-``results.json`` (``limits.results.verdict`` records, matched by a substring of the claim).
-:func:`claim_rows` builds the table from those files and :func:`render_report` writes
-``report.md``; no number in the report is computed here.
+command (paper settings, and a ``quick`` variant for 2 CPU cores). The claims live in
+``limits.claims`` and name the step whose outputs decide them; this module refers to them by id
+only. :func:`assess_all` reads each step's ``results.json`` and CSV tables (by key, never by
+the text of a claim), :func:`limits.claims.assess` judges every claim under each reading of its
+ambiguities, and :func:`render_report` writes ``report.md``. A step's outputs are never trusted
+blindly: :func:`done_marker_valid` and :func:`load_results` reject a missing, truncated or
+unfinished results.json.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
+
+from limits import claims
 
 FULL_LENGTHS = "32,64,128,256,512,1024"
 
@@ -61,63 +66,6 @@ STEPS = (
          ("--source=model", "--length=256", "--n_values=1,2,4,8,16,32,64,128")),
 )
 STEP_NAMES = tuple(s.name for s in STEPS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-  """One row of the report: a claim of the paper and where its verdict comes from."""
-
-  ref: str  # where in the paper
-  statement: str  # the paper's statement
-  step: str
-  match: str  # substring of the verdict's "claim" in the step's results.json
-  figure: str = ""  # file name in the step's directory
-
-
-CLAIMS = (
-    Claim("Lemma 1 / Cor. 1", "Every weight lies in (1/L)·[e^{−2Δ/T}, e^{2Δ/T}], Δ = ‖q‖·max‖k‖",
-          "vanishing", "Corollary 1 band", "vanishing.png"),
-    Claim("Lemma 1", "C1/L ≤ α_i ≤ C2/L for logits in [−a, a], any positive continuous F",
-          "vanishing", "Lemma 1 on bounded logits", ""),
-    Claim("Lemma 1 (model)", "Weights vanish as Θ(1/L) on the model's own attention",
-          "vanishing", "Lemma 1:", "vanishing.png"),
-    Claim("Thm 1 (Eq. 9)", "d̃ ≤ d_max for every head and query (fixed top-N set)",
-          "distance_vary_length", "bound held", "fig2_vary_length.png"),
-    Claim("Fig. 2a", "At N = 5 the true distance grows roughly linearly in L",
-          "distance_vary_length", "grows linearly", "fig2_vary_length.png"),
-    Claim("Fig. 2b", "Beyond N ≈ 20 the distance plateaus (L = 1024)",
-          "distance_vary_n", "plateau", "fig2_vary_n.png"),
-    Claim("Fig. 2b / Cor. 2(ii)", "True and expected distances converge as N → 100",
-          "distance_vary_n", "converge", "fig2_vary_n.png"),
-    Claim("Fig. 2c", "Critical N ≈ 0.06 L (KS, α = 0.01): fewer than 6% of tokens",
-          "distance_critical_n", "critical N", "fig2_critical_n.png"),
-    Claim("Fig. 3", "N_s/N declines up to N ≈ 16, then flattens", "separability_model",
-          "declines", "figure3.png"),
-    Claim("Fig. 3", "N_s/N saturates between 0.70 and 0.85 (≈ 80%) on GPT-2 value vectors",
-          "separability_model", "saturates", "figure3.png"),
-    Claim("Thm 2 (Eq. 11)", "Lower bound on E[N_s]/N holds", "separability_model",
-          "lower bound", "figure3.png"),
-    Claim("Fig. 3", "Exponential upper bound tracks the empirical maxima", "separability_model",
-          "upper bound", "figure3.png"),
-    Claim("Thm 2, sphere", "Lower bound holds under Assumptions 1–2 (uniform sphere)",
-          "separability_sphere", "lower bound", "figure3.png"),
-    Claim("Thm 2, sphere", "N_s/N saturates at 0.70–0.85 on the sphere", "separability_sphere",
-          "saturates", "figure3.png"),
-    Claim("§4 multi-head", "With p ≈ 0.8, H ≈ 3 heads cover ≈ 99% of the top-N",
-          "separability_model", "multi-head coverage", "figure3.png"),
-    Claim("Cor. 3", "‖∇α‖₂ ≤ min{1/(4T), √2} for softmax", "gradient", "Corollary 3 as printed",
-          "gradient.png"),
-    Claim("Cor. 3 (tight)", "‖∇α‖₂ ≤ 1/(2T) (our tight form; not in the paper)", "gradient",
-          "tight spectral bound", "gradient.png"),
-    Claim("Lemma 2", "Jacobian norm bound for a general normalizer (softmax rows)", "gradient",
-          "Lemma 2", "gradient.png"),
-    Claim("Fig. 4", "For T < 0.1 the max-over-heads g(T, ε) follows the 1/T trend", "gradient",
-          "1/T", "gradient.png"),
-    Claim("Fig. 4", "For T ≥ 1 the curves for all ε collapse and drop by ≈ 2 orders",
-          "gradient", "collapse", "gradient.png"),
-    Claim("§3.4 / Cor. 3 cav. 2", "g(T, ε) ≤ √2/ε (simplex diameter) on synthetic rows",
-          "gradient_synthetic", "sqrt(2)/eps", "gradient.png"),
-)
 
 
 def fit_to_context(args: Sequence[str], ctx: int) -> list[str]:
@@ -177,100 +125,210 @@ def step_args(step: Step, settings: Settings, ctx: Optional[int] = None) -> list
   return args
 
 
-def load_verdicts(step_dir: Path) -> list[dict[str, Any]]:
-  """The verdicts a step wrote in its results.json (empty if it wrote none)."""
-  path = step_dir / "results.json"
-  if not path.exists():
-    return []
-  return json.loads(path.read_text()).get("results", {}).get("verdicts", [])
+
+def claims_of(step: str) -> tuple[str, ...]:
+  """The ids of the claims a step's results decide."""
+  return tuple(c.id for c in claims.CLAIMS if c.step == step)
 
 
-def short(value: Any, limit: int = 160) -> str:
-  """A compact one-line rendering of a measured value for the table."""
-  def fmt(v):
-    if isinstance(v, float):
-      return f"{v:.4g}"
-    if isinstance(v, dict):
-      return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, list):
-      return "[" + ", ".join(fmt(x) for x in v) + "]"
-    return str(v)
+# ---------------------------------------------------------------------------------------------
+# Reading a step's outputs (never trusted blindly).
 
-  text = fmt(value).replace("|", "\\|")
+class Unreadable(Exception):
+  """A step's results.json is missing, truncated or not the expected shape (message: why)."""
+
+
+def load_results(step_dir: Path) -> dict[str, Any]:
+  """The "results" block of ``step_dir/results.json``; :class:`Unreadable` with the reason if the
+  file is missing, not JSON (e.g. truncated), lacks the block or says it is incomplete."""
+  path = Path(step_dir) / "results.json"
+  try:
+    data = json.loads(path.read_text(encoding="utf-8"))
+  except FileNotFoundError:
+    raise Unreadable(f"{path} is missing") from None
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise Unreadable(f"{path} is unreadable ({type(e).__name__}: {e})") from None
+  results = data.get("results") if isinstance(data, dict) else None
+  if not isinstance(results, dict):
+    raise Unreadable(f"{path} has no 'results' block")
+  if results.get("complete") is False:
+    raise Unreadable(f"{path} is from an unfinished run (complete = false)")
+  return results
+
+
+def load_tables(step_dir: Path) -> dict[str, list[dict[str, str]]]:
+  """The step's CSV tables the claims read (per_head.csv), as lists of rows; unreadable or
+  absent files are left out (the claims that need them say so)."""
+  out = {}
+  for name in ("per_head.csv",):
+    try:
+      with open(Path(step_dir) / name, newline="", encoding="utf-8") as f:
+        out[name] = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error):
+      pass
+  return out
+
+
+def done_marker_valid(step_dir: Path, shown: str) -> tuple[bool, str]:
+  """(True, "") when ``step_dir/DONE`` holds exactly this command and its results.json loads;
+  else (False, why) so the step is rerun."""
+  done = Path(step_dir) / "DONE"
+  try:
+    text = done.read_text(encoding="utf-8").strip()
+  except OSError:
+    return False, "no DONE marker"
+  if text != shown:
+    return False, "DONE marker is for a different command"
+  try:
+    load_results(step_dir)
+  except Unreadable as e:
+    return False, f"DONE marker present but {e}"
+  return True, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims from the step outputs.
+
+def assess_all(out: Path, step_status: Mapping[str, Mapping[str, Any]],
+               context: Optional[Mapping[str, Any]] = None) -> list[claims.Assessment]:
+  """One assessment per registered claim, from each step's own files (read here, by key).
+
+  A claim whose step was not asked for is "not run (step X not run: --only)"; one whose step
+  failed is "not run (step X failed)"; one whose step's results.json cannot be read says so.
+  """
+  cache: dict[str, Any] = {}
+  out_list = []
+  for c in claims.CLAIMS:
+    st = step_status.get(c.step)
+    if st is None:
+      out_list.append(claims.not_run(c, f"not run (step {c.step} not run: --only)"))
+      continue
+    if st.get("status") != "ok":
+      out_list.append(claims.not_run(c, f"not run (step {c.step} {st.get('status', 'failed')})"))
+      continue
+    if c.step not in cache:
+      step_dir = Path(out) / c.step
+      try:
+        results = load_results(step_dir)
+      except Unreadable as e:
+        cache[c.step] = e
+      else:
+        ctx = dict(context or {})
+        if not next((s.uses_model for s in STEPS if s.name == c.step), True):
+          ctx.pop("windows", None)
+        cache[c.step] = claims.summarize(c.step, results, load_tables(step_dir), ctx)
+    summary = cache[c.step]
+    if isinstance(summary, Unreadable):
+      out_list.append(claims.not_run(c, f"not run (step {c.step}: {summary})"))
+    else:
+      out_list.append(claims.assess(c, summary))
+  return out_list
+
+
+def row(a: claims.Assessment, out: Optional[Path] = None) -> dict[str, Any]:
+  """A JSON-able record of one assessment (the results.json "claims" list)."""
+  c = a.claim
+  fig = ""
+  if c.figure and out is not None and (Path(out) / c.step / c.figure).exists():
+    fig = f"{c.step}/{c.figure}"
+  measured, sample = a.default.measured, a.default.sample
+  if a.default.status not in (claims.HOLDS, claims.FAILS):
+    # The default reading could not be judged: show the first reading that could, named.
+    lab, v = next(((lab, v) for lab, v in a.readings if v.status in (claims.HOLDS, claims.FAILS)),
+                  ("", a.default))
+    if lab:
+      measured, sample = f"{lab}: {v.measured}", v.sample or sample
+  return {
+      "id": c.id, "kind": c.kind, "where": c.where, "words": c.words, "setting": c.setting,
+      "criterion": c.criterion, "step": c.step, "derived_from": list(c.derived_from),
+      "verdict": a.verdict, "label": a.label, "measured": measured,
+      "reason": a.default.reason, "sample": sample, "figure": fig,
+      "readings": [{"reading": lab, "verdict": v.status, "measured": v.measured,
+                    "reason": v.reason} for lab, v in a.readings],
+  }
+
+
+# ---------------------------------------------------------------------------------------------
+# report.md
+
+def _cell(text: str, limit: int = 220) -> str:
+  text = " ".join(str(text).split()).replace("|", "\\|")
   return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def claim_rows(out: Path, step_status: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-  """One row per claim: the first verdict of its step whose claim contains ``Claim.match``."""
-  rows = []
-  for c in CLAIMS:
-    st = step_status.get(c.step)
-    row = {"ref": c.ref, "paper": c.statement, "step": c.step, "figure": "", "measured": "",
-           "verdict": "not testable", "reason": ""}
-    if st is None:
-      row["reason"] = f"step {c.step} not run (--only)"
-    elif st["status"] != "ok":
-      row["reason"] = f"step {c.step} failed: {st.get('error', '')}"
-    else:
-      found = [v for v in load_verdicts(out / c.step) if c.match.lower() in v["claim"].lower()]
-      if not found:
-        row["reason"] = f"step {c.step} reported no verdict matching '{c.match}'"
-      else:
-        v = found[0]
-        row.update(verdict=v["verdict"], measured=short(v.get("measured")),
-                   reason=v.get("reason", "") or v.get("detail", ""), claim=v["claim"])
-      fig = out / c.step / c.figure
-      if c.figure and fig.exists():
-        row["figure"] = f"{c.step}/{c.figure}"
-    rows.append(row)
-  return rows
+def _verdict_cell(r: Mapping[str, Any]) -> str:
+  v = f"**{r['verdict']}**"
+  label = r["label"] or ""
+  if label.startswith(r["verdict"]):
+    v += label[len(r["verdict"]):]
+  elif label:
+    v += f": {label}"
+  if r["derived_from"]:
+    v += f" (derived from {', '.join(r['derived_from'])}; not counted)"
+  return _cell(v, 400)
 
 
-def render_report(rows, step_status, settings: Settings, seconds: float,
-                  ctx: Optional[int]) -> str:
-  """report.md: the verdict table, the ambiguity defaults and the steps with their commands."""
-  n = {k: sum(r["verdict"] == k for r in rows) for k in ("holds", "fails", "not testable")}
+def _measured_cell(r: Mapping[str, Any]) -> str:
+  m = r["measured"] or (r["reason"] if r["verdict"] != claims.NOT_RUN else "")
+  if r["sample"]:
+    m += f" [{r['sample']}]"
+  return _cell(m, 300)
+
+
+def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, Mapping[str, Any]],
+                  settings: Settings, seconds: float, ctx: Optional[int],
+                  tally: Mapping[str, int]) -> str:
+  """report.md: the paper's claims (tally), the suite's findings, every reading of the claims
+  that have readings, the ambiguity options, failed steps and the step commands."""
+  counted = ", ".join(f"{n} {k}" for k, n in tally.items() if n)
   lines = [
       "# Reproduction of arXiv 2508.17821: verdict per claim", "",
       f"Model: `{settings.model}`; settings: {'quick' if settings.quick else 'paper'}; "
       f"seed {settings.seed}; wall time {seconds:.0f} s."
       + (f" Lengths are clipped to the model's context (n_positions = {ctx})." if ctx else ""),
-      f"Summary: {n['holds']} hold, {n['fails']} fail, {n['not testable']} not testable.", "",
-      "| # | Where | Paper's claim | Measured | Verdict | Figure |",
-      "|---|---|---|---|---|---|",
+      f"Paper's claims: {counted or 'none assessed'} (a claim derived from another's "
+      "measurement is not counted twice; the suite's own findings are in their own table).", "",
+      "Criteria, thresholds and the reason for each are in docs/claims.md. A verdict holds or "
+      "fails *under every reading* of the ambiguities it depends on, or *depends* on one.", "",
+      "## The paper's claims", "",
+      "| # | id | Where | Paper's claim | Criterion | Measured (default reading unless named) [sample] | "
+      "Verdict | Figure |",
+      "|---|---|---|---|---|---|---|---|",
   ]
-  for i, r in enumerate(rows, 1):
-    verdict = f"**{r['verdict']}**" + (f" ({r['reason']})" if r["verdict"] == "not testable"
-                                       and r["reason"] else "")
-    fig = f"[{Path(r['figure']).name}]({r['figure']})" if r["figure"] else "—"
-    lines.append(f"| {i} | {r['ref']} | {r['paper']} | {r['measured']} | {verdict} | {fig} |")
-  lines += ["", "## Ambiguity defaults used (PAPER.md §6)", ""] + [f"- {a}" for a in AMBIGUITIES]
+
+  def table(kind):
+    out = []
+    for i, r in enumerate((r for r in rows if r["kind"] == kind), 1):
+      fig = f"[{Path(r['figure']).name}]({r['figure']})" if r["figure"] else "—"
+      out.append(f"| {i} | `{r['id']}` | {_cell(r['where'])} | {_cell(r['words'])} | "
+                 f"{_cell(r['criterion'])} | {_measured_cell(r)} | {_verdict_cell(r)} | {fig} |")
+    return out
+
+  lines += table(claims.PAPER)
+  lines += ["", "## The suite's own findings (not claims of the paper)", "",
+            "| # | id | Where | Statement | Criterion | Measured (default reading unless named) [sample] | "
+            "Verdict | Figure |", "|---|---|---|---|---|---|---|---|"]
+  lines += table(claims.FINDING)
+  multi = [r for r in rows if len(r["readings"]) > 1]
+  if multi:
+    lines += ["", "## Every reading", ""]
+    for r in multi:
+      lines.append(f"- `{r['id']}`:")
+      for x in r["readings"]:
+        lines.append(f"  - {x['reading']}: **{x['verdict']}**"
+                     + (f", {_cell(x['measured'], 200)}" if x["measured"] else "")
+                     + (f" ({_cell(x['reason'], 200)})" if x["reason"] else ""))
+  lines += ["", "## Ambiguity options (the first named is the default)", ""]
+  lines += [f"- {k}: {v}" for k, v in claims.AMBIGUITIES.items()]
+  failed = {n: st for n, st in step_status.items() if st.get("status") != "ok"}
+  if failed:
+    lines += ["", "## Steps that did not finish", ""]
+    lines += [f"- {n}: {st.get('error', st.get('status'))} (log: `{st.get('log', '')}`)"
+              for n, st in failed.items()]
   lines += ["", "## Steps", "", "| step | status | seconds | command |", "|---|---|---|---|"]
   for name, st in step_status.items():
-    secs = "skipped (done)" if st.get("skipped") else f"{st['seconds']:.1f}"
+    secs = ("skipped (done)" if st.get("skipped") else
+            f"{st['seconds']:.1f}" if st.get("seconds") is not None else "—")
     lines.append(f"| {name} | {st['status']} | {secs} | `{st['command']}` |")
-  lines += ["", "Each step's `results.json` holds the full numbers behind its rows; the verdict "
-            "criteria are in each verdict's `detail`."]
+  lines += ["", "Each step's `results.json` and CSV files hold the numbers behind its rows."]
   return "\n".join(lines) + "\n"
-
-
-AMBIGUITIES = (
-    "AMBIG-1 d̃ = Σ_{i∉I_N} ‖α_i x_i − s‖ (sum of norms); the norm-of-sum form is also computed",
-    "AMBIG-2 Δ = ‖q‖·max_i‖k_i‖ in Corollary 1",
-    "AMBIG-3 inclusion probability N/(L−1) in the random-set sum",
-    "AMBIG-4 the plotted and KS-tested expectation is the Jensen main sum",
-    "AMBIG-5 ξ_i as a square root; upper bound exp(−(ξ_i − r)_+²/(2M²)) (a heuristic envelope)",
-    "AMBIG-6 War and Peace, PG #2600 body from Book One Chapter I; consecutive non-overlapping "
-    "L-token windows",
-    "AMBIG-7 x_i = per-head value vectors (normalised to the sphere for Theorem 2)",
-    "AMBIG-8 every query t with its causal prefix; t ≤ N skipped; attention sink kept",
-    "AMBIG-9 KS significance α = 0.01 on the per-head token-averaged samples",
-    "AMBIG-10 M = 1; δ = min pairwise distance over the prefix; strict inequality",
-    "AMBIG-11 T on a log grid 1e-3…1e2",
-    "AMBIG-12 T on the raw q·k scale (native T = √d_head = 8 for GPT-2)",
-    "AMBIG-13 v isotropic Gaussian, unit length, visible positions only, fresh per token",
-    "AMBIG-14 L ∈ {32, …, 1024}; N searched by bisection with monotonicity checked",
-    "AMBIG-15 Fig. 2 mean ± IQR over heads; Fig. 3 boxes over heads; Fig. 4 max over heads",
-)
-
-

@@ -26,3 +26,28 @@ def run_experiment(module: str, args, *, cwd=REPO, timeout: int = 300, env=None)
   env.pop("LIMITS_DATA_DIR", None)
   return subprocess.run([sys.executable, "-m", f"experiments.{module}", *args], cwd=cwd, env=env,
                         capture_output=True, text=True, timeout=timeout)
+
+
+def start_experiment(module: str, args, *, cwd=REPO, env=None):
+  """Like :func:`run_experiment` but returns the running Popen (stdout/stderr piped)."""
+  env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu")
+  env.pop("LIMITS_DATA_DIR", None)
+  return subprocess.Popen([sys.executable, "-m", f"experiments.{module}", *args], cwd=cwd,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pids_with(needle: str) -> list[int]:
+  """Pids of live processes whose command line contains ``needle`` (Linux /proc)."""
+  out = []
+  for d in Path("/proc").iterdir():
+    if not d.name.isdigit():
+      continue
+    try:
+      cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+      state = next((l for l in (d / "status").read_text().splitlines()
+                    if l.startswith("State:")), "")
+    except OSError:
+      continue
+    if needle in cmd and "Z" not in state.split()[1:2]:  # zombies are already dead
+      out.append(int(d.name))
+  return out

@@ -59,7 +59,8 @@ flags.DEFINE_string("ckpt_dir", None, "Checkpoint directory (default <out_dir>/.
                     "checkpoint there with the same settings is resumed.")
 flags.DEFINE_integer("ckpt_every", 50, "Checkpoint every this many steps.")
 flags.DEFINE_string("data_dir", None, "Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, "
-                    "else the corpus embedded in the package).")
+                    "else the corpus embedded in the package; LIMITS_ALLOW_DOWNLOAD=1 fetches it "
+                    "from Project Gutenberg instead).")
 flags.DEFINE_string("text", None, "Train on this UTF-8 text file instead of War and Peace.")
 flags.DEFINE_float("heldout_fraction", 0.05, "Fraction of the text (at its end) held out.")
 flags.DEFINE_integer("n_layer", 4, "Transformer blocks.")

@@ -33,7 +33,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "tiny", "'tiny' (embedded), a GPT-2 name, or a model directory.")
 flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
 flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else "
-                    "the corpus embedded in the package).")
+                    "the corpus embedded in the package; LIMITS_ALLOW_DOWNLOAD=1 fetches it from "
+                    "Project Gutenberg instead).")
 flags.DEFINE_integer("windows", 1, "Consecutive non-overlapping L-token windows per L.")
 flags.DEFINE_string("lengths", "", "Comma-separated L values; default 32,64,...,min(1024, "
                     "context).")

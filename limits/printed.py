@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import jax
 import jax.numpy as jnp
 
 XBAR_READINGS = ("output", "mean")
@@ -104,3 +105,20 @@ def xi_values(alpha_sel, M=1.0, delta=0.0):
   s2 = off @ (alpha_sel ** 2)
   sq = (M ** 2 - delta ** 2 / 2.0) * s1 ** 2 + (delta ** 2 / 2.0) * s2
   return jnp.sqrt(jnp.maximum(sq, 0.0))
+
+
+def expected_printed_rows(weights, x, n, xbar_reading="output"):
+  """The printed E for every query of one head, each over its causal prefix (AMBIG-8).
+
+  Args:
+    weights: (L, L) causal attention weights of one head (row t = query t, zeros above the
+      diagonal). x: (L, d) vectors. n: top-N size. xbar_reading: see :func:`expected_printed`.
+
+  Returns:
+    (L,) printed E per query; NaN for queries that see t + 1 <= N keys (skipped, as the
+    suite skips them for d̃), so ``jnp.nanmean`` gives the head's token average.
+  """
+  L = weights.shape[-1]
+  masks = jnp.arange(L)[None, :] <= jnp.arange(L)[:, None]
+  vals = jax.vmap(lambda a, m: expected_printed(a, x, n, m, xbar_reading))(weights, masks)
+  return jnp.where(jnp.arange(L) + 1 > n, vals, jnp.nan)

@@ -139,3 +139,20 @@ def test_bad_reading_is_refused():
     printed.xbar(jnp.ones(2) / 2, jnp.eye(2), reading="median")
   with pytest.raises(ValueError, match="inclusion"):
     printed.expected_reconstructed(jnp.ones(2) / 2, jnp.eye(2), 1, inclusion="N")
+
+
+def test_expected_printed_rows_per_causal_query():
+  L, n = 6, 2
+  rng = np.random.default_rng(7)
+  logits = rng.normal(size=(L, L))
+  causal = np.tril(np.ones((L, L), bool))
+  w = np.where(causal, np.exp(logits), 0.0)
+  w /= w.sum(axis=1, keepdims=True)
+  x = rng.normal(size=(L, 4))
+  got = np.asarray(printed.expected_printed_rows(jnp.asarray(w), jnp.asarray(x), n, "mean"))
+  for t in range(L):
+    if t + 1 <= n:
+      assert np.isnan(got[t])  # no non-selected key: skipped
+    else:
+      want = loop_printed(w[t], x, n, causal[t], "mean")
+      assert got[t] == pytest.approx(want, rel=1e-12)

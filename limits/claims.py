@@ -594,8 +594,13 @@ def judge_sphere_cap(s, r) -> Verdict:
   if not big:
     raise Missing("N ≥ 16 in the grid")
   worst = max(big.values())
-  return Verdict(HOLDS if worst <= CAP + 1e-12 else FAILS,
-                 f"largest head mean N_s/N for N ≥ 16: {fmt(worst)}", sample=_sample_sep(s))
+  text = f"largest head mean N_s/N for N ≥ 16: {fmt(worst)}"
+  errs = [num(x["stderr"]) for x in s.get("per_head") or []
+          if x.get("stderr") not in (None, "") and num(x.get("n", 0)) >= FIG3_KNEE
+          and abs(num(x.get("frac", "nan")) - worst) < 1e-9]
+  if errs and math.isfinite(errs[0]):
+    text += f" (95 % CI ± {fmt(1.96 * errs[0])} from the Monte Carlo standard error)"
+  return Verdict(HOLDS if worst <= CAP + 1e-12 else FAILS, text, sample=_sample_sep(s))
 
 
 def judge_sphere_band(s, r) -> Verdict:

@@ -348,3 +348,10 @@ def test_tally_counts_paper_claims_once():
   t = C.tally([fake("fig3-band", F), fake("multihead-coverage", F), fake("cor3-tight", H),
                fake("cor3-printed", F), fake("lemma2", H)])
   assert t[F] == 2 and t[H] == 1  # derived multihead and the finding cor3-tight not counted
+
+
+def test_sphere_cap_reports_a_confidence_interval():
+  s = sep([1, 1, 0.9, 0.8, 0.4, 0.3, 0.3, 0.3], maxima=[1, 1, 0.97, 0.9, 0.6, 0.3, 0.3, 0.3])
+  s["per_head"] = [{"n": "16", "frac": "0.6", "stderr": "0.01"}]
+  v = C.judge_safely(C.BY_ID["sphere-cap"], s, {})
+  assert v.status == H and "± 0.0196" in v.measured

@@ -7,8 +7,8 @@ the paper prints two of them differently (docs/claims.md, "Printed and derived f
 - **Theorem 2 upper bound, printed:** E[N_s]/N <= (1/N)·Σ_{i∈I_N} exp[−(r − ξ_i)²/(16M²)], with
   no positive part and the constant 16M². The derivation from Hoeffding's inequality gives
   (1/N)·Σ exp[−(ξ_i − r)_+²/(2M²)] (the suite's derived form, AMBIG-5).
-- **Random-set expectation, printed:** E = ((L − N)/L)·Σ_{i=1}^{L} ‖(α_i + N/(L − 1))·x_i − x̄‖₂ + ε,
-  with x̄ undefined there. Two natural readings (AMBIG-17): the attention output Σ_j α_j x_j
+- **Random-set expectation, printed:**
+  E = ((L − N)/L)·Σ_{i=1}^{L} ‖(α_i + N/(L − 1))·x_i − x̄‖₂ + ε, with x̄ undefined there. Two natural readings (AMBIG-17): the attention output Σ_j α_j x_j
   (adopted by default) or the plain mean of the x_j. The reconstruction is
   ((L − N)/L)·Σ_i ‖α_i x_i − p·Σ_{j≠i} α_j x_j‖ with p = N/(L − 1) (AMBIG-3: or N/L).
 

@@ -291,8 +291,8 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
       "Criteria, thresholds and the reason for each are in docs/claims.md. A verdict holds or "
       "fails *under every reading* of the ambiguities it depends on, or *depends* on one.", "",
       "## The paper's claims", "",
-      "| # | id | Where | Paper's claim | Criterion | Measured (default reading unless named) [sample] | "
-      "Verdict | Figure |",
+      "| # | id | Where | Paper's claim | Criterion | "
+      "Measured (default reading unless named) [sample] | Verdict | Figure |",
       "|---|---|---|---|---|---|---|---|",
   ]
 
@@ -306,8 +306,9 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
 
   lines += table(claims.PAPER)
   lines += ["", "## The suite's own findings (not claims of the paper)", "",
-            "| # | id | Where | Statement | Criterion | Measured (default reading unless named) [sample] | "
-            "Verdict | Figure |", "|---|---|---|---|---|---|---|---|"]
+            "| # | id | Where | Statement | Criterion | "
+            "Measured (default reading unless named) [sample] | Verdict | Figure |",
+            "|---|---|---|---|---|---|---|---|"]
   lines += table(claims.FINDING)
   multi = [r for r in rows if len(r["readings"]) > 1]
   if multi:

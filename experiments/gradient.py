@@ -62,6 +62,11 @@ flags.DEFINE_string("data_dir", None, "Model: overrides $LIMITS_DATA_DIR.")
 flags.DEFINE_integer("dense_max_length", 256, "Largest L for dense jacfwd + SVD; longer rows use "
                      "the matrix-free power iteration.")
 flags.DEFINE_integer("power_iters", 100, "Power-iteration steps for the matrix-free norm.")
+flags.DEFINE_integer("fd_rows", 256, "Rows on which g(T, eps) is measured: per (layer, head) "
+                     "for --source=model, in all for synthetic; a seeded uniform sample without "
+                     "replacement (the exact O(L) norm covers every row).")
+flags.DEFINE_integer("t_batch", 8, "Temperatures computed together per row; results.json is "
+                     "rewritten after each batch, so an interrupted run keeps finished ones.")
 flags.DEFINE_integer("seed", 0, "Random seed (synthetic rows, directions v, subsampling).")
 flags.DEFINE_boolean("x64", True, "Compute in float64 (a bound is verified here).")
 flags.DEFINE_string("out_dir", None, "Run directory (default results/gradient/<timestamp>).")
@@ -71,7 +76,8 @@ flags.register_validator("alpha", lambda v: v is not None and v > 1,
                          message="--alpha must be > 1 (α-entmax)")
 flags.register_validator("s", cli.positive, message="--s must be > 0")
 flags.register_validator("logit_scale", cli.positive, message="--logit_scale must be > 0")
-for _name in ("length", "rows", "windows", "dense_max_length", "power_iters"):
+for _name in ("length", "rows", "windows", "dense_max_length", "power_iters", "fd_rows",
+              "t_batch"):
   flags.register_validator(_name, lambda v: v is not None and v >= 1,
                            message=f"--{_name} must be a positive integer")
 flags.register_validator("check_rows", cli.nonnegative, message="--check_rows must be >= 0")
@@ -80,7 +86,8 @@ FLAGS = flags.FLAGS
 
 CONFIG_FLAGS = ("temperature", "temperatures", "epsilons", "normalizer", "alpha", "s", "length",
                 "rows", "check_rows", "logit_scale", "source", "model", "windows", "text",
-                "data_dir", "dense_max_length", "power_iters", "seed", "x64", "out_dir")
+                "data_dir", "dense_max_length", "power_iters", "fd_rows", "t_batch", "seed",
+                "x64", "out_dir")
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -104,6 +111,23 @@ def parse_temperatures(temperature, temperatures) -> list[float]:
     if not (math.isfinite(t) and t > 0):
       raise LimitsError(f"temperature {t!r} is not allowed; every temperature must be > 0")
   return ts
+
+
+def check_temperature_range(temps, rows, mask, epsilons, dtype) -> None:
+  """Every T must keep (l + εv)/T finite in ``dtype`` (else softmax is NaN and a verdict would
+  be read off NaN norms): the largest |logit| plus the largest ε, divided by T, and 1/T, must
+  stay below the dtype's largest finite value. One line naming the smallest allowed T."""
+  fin = np.finfo(dtype)
+  vis = np.abs(np.where(mask, rows, 0))
+  big = float(vis.max()) if vis.size else 0.0
+  need = 2.0 * (big + max(epsilons)) + 1.0  # differences of two logits, plus margin
+  t_min = max(need / float(fin.max), float(fin.tiny)) * 16
+  for t in temps:
+    if t < t_min:
+      raise LimitsError(
+          f"temperature {t:g} is below the {np.dtype(dtype).name} range for these logits: "
+          f"(logits + eps)/T overflows (max |logit| = {big:.3g}); the smallest allowed T is "
+          f"{t_min:.3g}" + ("" if np.dtype(dtype) == np.float64 else "; use --x64"))
 
 
 def parse_epsilons(text) -> list[float]:
@@ -183,10 +207,10 @@ def _exact_block(l, m, T, *, name, params_items, dense, iters=100):
   cf = jacobians.closed_form(name, **params)
   if dense:
     J = jacobians.exact(f, l, "fwd", m)  # (B, L, L)
-    norm = jacobians.spectral_norm(J)
+    norm = _scaled_norm(J)
     if cf is not None:
       Jc = cf(l / T, m) / T
-      closed_norm = jacobians.spectral_norm(Jc)
+      closed_norm = _scaled_norm(Jc)
       err = jnp.max(jnp.abs(J - Jc), axis=(-2, -1))
       scale = jnp.max(jnp.abs(Jc), axis=(-2, -1))
     else:
@@ -202,6 +226,21 @@ def _exact_block(l, m, T, *, name, params_items, dense, iters=100):
   return norm, closed_norm, err, scale
 
 
+def _scaled_norm(J):
+  """‖J‖₂ by dense SVD of J / max|J| (times max|J|), entries below the dtype's smallest normal
+  number flushed to 0: LAPACK's scaling step (DLASCL) rejects matrices whose norm is subnormal
+  or far outside its safe range and prints an error on stdout (seen at T ≈ 1.6e-3, L = 256)."""
+  import jax.numpy as jnp
+
+  from limits import jacobians
+
+  tiny = jnp.finfo(J.dtype).tiny
+  J = jnp.where(jnp.abs(J) < tiny, 0, J)
+  s = jnp.max(jnp.abs(J), axis=(-2, -1), keepdims=True)
+  safe = jnp.where(s > 0, s, 1)
+  return jacobians.spectral_norm(J / safe) * safe[..., 0, 0]
+
+
 @_lazy_jit(static_argnames=("name", "params_items"))
 def _check_block(l, m, T, fd_eps, *, name, params_items):
   """jacfwd, jacrev and central-difference Jacobians of a few rows."""
@@ -214,23 +253,6 @@ def _check_block(l, m, T, fd_eps, *, name, params_items):
           jacobians.finite_difference(f, l, fd_eps, m))
 
 
-@_lazy_jit(static_argnames=("name", "params_items"))
-def _g_block(l, m, T, eps, key, *, name, params_items):
-
-  from limits import jacobians
-
-  fn = _make_fn(name, dict(params_items))
-  return jacobians.fd_sensitivity(lambda x, mm: fn(x, mm, T), l, eps, key, m)
-
-
-@_lazy_jit()
-def _softmax_norm_all(l, m, T):
-
-  from limits import jacobians
-
-  return jacobians.softmax_closed_form_norm(l, T, m)
-
-
 def _chunks(n: int, size: int):
   for i in range(0, n, max(size, 1)):
     yield slice(i, min(i + size, n))
@@ -239,9 +261,14 @@ def _chunks(n: int, size: int):
 # ----------------------------------------------------------------------------- one temperature
 
 
-def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params, key, *,
-                    dense, groups=None, n_groups=None, dtype_tol, power_iters=100):
-  """Every measurement at one temperature. Returns (summary dict, per-exact-row list)."""
+def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params, *, g_vals,
+                    fd_idx, allnorm, dense, groups=None, n_groups=None, dtype_tol,
+                    power_iters=100):
+  """Every measurement at one temperature. Returns (summary dict, per-exact-row list).
+
+  ``allnorm`` (R,): the exact O(L) norm of every row at T (softmax; None otherwise);
+  ``g_vals`` (S, E): g(T, ε) on the sampled rows ``fd_idx`` (S,) for each ε.
+  """
   import jax
   import jax.numpy as jnp
 
@@ -282,30 +309,25 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
     r = jacobians.compare_arrays(Jf, Jr, None, Jd, fd_eps=fd_eps)
     checks = {"rows": len(check_idx), "fd_eps": r["fd_eps"], "jacrev": r["rev"], "fd": r["fd"]}
 
-  # g(T, ε) on every row.
+  # g(T, ε) on the seeded sample of rows (Algorithm 5; statistics over the sample).
   g = {}
-  gblock = max(1, (1 << 22) // L)
   for e_i, eps in enumerate(epsilons):
-    k = jax.random.fold_in(key, e_i)
-    vals = np.concatenate([
-        np.asarray(_g_block(jnp.asarray(rows[s]), jnp.asarray(mask[s]), Tj, jnp.asarray(eps, dt),
-                            jax.random.fold_in(k, j), name=name, params_items=params_items))
-        for j, s in enumerate(_chunks(len(rows), gblock))])
+    vals = g_vals[:, e_i]
     entry = {"eps": eps, "mean": float(vals.mean()), "max": float(vals.max()),
              "n_rows": int(vals.size),
              "n_above_paper_bound": int(np.sum(vals > paper)) if is_softmax else None,
              "n_above_sqrt2_over_eps": int(np.sum(vals > math.sqrt(2) / eps * (1 + 1e-6)))}
     if groups is not None:
-      sums = np.bincount(groups, weights=vals, minlength=n_groups)
-      cnts = np.bincount(groups, minlength=n_groups)
-      avg = sums / np.maximum(cnts, 1)
+      gs = groups[fd_idx]
+      sums = np.bincount(gs, weights=vals, minlength=n_groups)
+      cnts = np.bincount(gs, minlength=n_groups)
+      avg = np.where(cnts > 0, sums / np.maximum(cnts, 1), -np.inf)
       entry["paper_stat"] = float(avg.max())  # max over (layer, head) of the token average
       entry["paper_stat_head"] = int(avg.argmax())
     else:
       entry["paper_stat"] = entry["mean"]
     g[f"{eps:g}"] = entry
-    if e_i == 0:
-      g_first = vals
+  g_of_row = dict(zip(fd_idx.tolist(), g_vals[:, 0].tolist()))
 
   summary = {"T": T, "paper_bound": paper, "tight_bound": tight,
              "exact_rows": int(len(exact_idx)), "exact_method": "jacfwd+svd" if dense else
@@ -319,12 +341,16 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
     over_tight = norm > tight * (1 + rtol)
     l2 = np.asarray(bounds.softmax_lemma2_bound(jnp.asarray(el), Tj, jnp.asarray(em)))
     over_l2 = norm > l2 * (1 + rtol)
-    allnorm = np.concatenate([np.asarray(_softmax_norm_all(jnp.asarray(rows[s]),
-                                                           jnp.asarray(mask[s]), Tj))
-                              for s in _chunks(len(rows), gblock)])
+    # Lemma 2 on every row against the exact O(L) norm; only where the bound is a finite
+    # number in this dtype (else min F underflowed and the "bound" constrains nothing).
+    l2_all = np.asarray(bounds.softmax_lemma2_bound(jnp.asarray(rows), Tj, jnp.asarray(mask)))
+    l2_fin = np.isfinite(l2_all)
     summary.update({
         "n_exceed_paper": int(over_paper.sum()), "n_exceed_tight": int(over_tight.sum()),
         "n_exceed_lemma2": int(over_l2.sum()),
+        "all_rows_n_exceed_lemma2": int(np.sum(l2_fin & (allnorm > l2_all * (1 + rtol)))),
+        "all_rows_lemma2_finite": int(l2_fin.sum()),
+        "all_rows_nonfinite_norm": int(np.sum(~np.isfinite(allnorm))),
         "all_rows": int(allnorm.size),
         "all_rows_n_exceed_paper": int(np.sum(allnorm > paper * (1 + rtol))),
         "all_rows_n_exceed_tight": int(np.sum(allnorm > tight * (1 + rtol))),
@@ -340,7 +366,7 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
                                  "exceeds_tight": bool(cnorm > tight * (1 + rtol))}
   for j, i in enumerate(exact_idx):
     r = {"T": T, "row": int(i), "norm": float(norm[j]), "T_norm": float(T * norm[j]),
-         f"g_eps_{epsilons[0]:g}": float(g_first[i])}
+         f"g_eps_{epsilons[0]:g}": g_of_row.get(int(i), float("nan"))}
     if has_closed:
       r["closed_norm"] = float(closed_norm[j])
     if is_softmax:
@@ -388,9 +414,15 @@ def findings(summaries, name, epsilons) -> dict:
   if name == "softmax":
     cex = [s["counterexample"] for s in summaries]
     max_random = max(s["all_rows_max_T_norm"] for s in summaries)
+    # A NaN/inf norm makes every comparison False: the verdict would silently read "holds".
+    bad = [s["T"] for s in summaries
+           if s["all_rows_nonfinite_norm"] or not math.isfinite(s["max_norm"])
+           or not math.isfinite(s["counterexample"]["T_norm"])]
+    nan_reason = (f"non-finite Jacobian norms at T = {', '.join(f'{t:g}' for t in bad)} "
+                  "(outside the dtype's range)") if bad else ""
     out.append(verdict(
         "Corollary 3 as printed: ||d softmax(l/T)/dl||_2 <= min{1/(4T), sqrt 2}",
-        not any(c["exceeds_paper"] for c in cex) and not any(
+        None if bad else not any(c["exceeds_paper"] for c in cex) and not any(
             s["all_rows_n_exceed_paper"] for s in summaries),
         {"counterexample_max_T_norm": max(c["T_norm"] for c in cex),
          "temperatures_violated_by_counterexample": sum(c["exceeds_paper"] for c in cex),
@@ -398,16 +430,27 @@ def findings(summaries, name, epsilons) -> dict:
          "data_rows_exceeding_paper": sum(s["all_rows_n_exceed_paper"] for s in summaries),
          "data_row_T_pairs_checked": sum(s["all_rows"] for s in summaries),
          "max_T_norm_data_rows": max_random},
-        detail="two tied top logits give exactly 1/(2T); only each entry of J is <= 1/(4T)"))
+        detail="two tied top logits give exactly 1/(2T); only each entry of J is <= 1/(4T)",
+        reason=nan_reason))
     out.append(verdict(
         "tight spectral bound ||J||_2 <= 1/(2T)",
-        not any(s["n_exceed_tight"] or s["all_rows_n_exceed_tight"] for s in summaries),
+        None if bad else not any(s["n_exceed_tight"] or s["all_rows_n_exceed_tight"]
+                                 for s in summaries),
         {"max_T_norm": max(max(s["max_T_norm"], s["all_rows_max_T_norm"],
-                               s["counterexample"]["T_norm"]) for s in summaries)}))
+                               s["counterexample"]["T_norm"]) for s in summaries)},
+        reason=nan_reason))
+    pairs = sum(s["all_rows"] for s in summaries)
+    finite = sum(s["all_rows_lemma2_finite"] for s in summaries)
+    over = sum(s["all_rows_n_exceed_lemma2"] + s["n_exceed_lemma2"] for s in summaries)
+    l2_holds = (False if over else None if bad or 2 * finite < pairs else True)
     out.append(verdict(
-        "Lemma 2 bound (reconstructed) holds for softmax rows",
-        not any(s["n_exceed_lemma2"] for s in summaries),
-        {"rows_exceeding": sum(s["n_exceed_lemma2"] for s in summaries)}))
+        "Lemma 2 bound (reconstructed) holds for softmax rows", l2_holds,
+        {"rows_exceeding": over, "row_T_pairs": pairs, "row_T_pairs_with_finite_bound": finite},
+        detail="every (row, T) pair's exact norm against the bound where the bound is a finite "
+        "number; not testable when it is infinite (min F underflows) on half the pairs or more",
+        reason="" if l2_holds is not None else nan_reason or
+        f"the bound overflows to infinity on {pairs - finite} of {pairs} (row, T) pairs: it "
+        "constrains nothing there"))
   simplex = name not in ("sa_softmax",)
   out.append(verdict(
       "g(T, eps) <= sqrt(2)/eps (simplex diameter)",
@@ -430,7 +473,7 @@ def main(argv):
 
   del argv
   cli.setup_precision(FLAGS.x64)
-  from limits import normalizers
+  from limits import normalizers, sensitivity
   from limits.plotting import gradient as gradient_plot
 
   temps = parse_temperatures(FLAGS.temperature, FLAGS.temperatures)
@@ -474,18 +517,57 @@ def main(argv):
         f"exact rows={len(exact_idx)} ({'dense' if dense else 'matrix-free'}) "
         f"T values={len(temps)} eps={epsilons} dtype={np.dtype(dtype).name}", flush=True)
 
+  check_temperature_range(temps, rows, mask, epsilons, dtype)
+  # g(T, eps) on a seeded sample: --fd_rows per (layer, head) (model) or in all (synthetic).
+  fd_seed = int(np.asarray(jax.random.key_data(jax.random.fold_in(k_sub, 1))).ravel()[-1])
+  fd_groups = groups if groups is not None else np.zeros(rows.shape[0], int)
+  fd_idx = sensitivity.sample_rows(fd_groups, FLAGS.fd_rows, fd_seed)
+  sampling = {"fd_rows": int(fd_idx.size), "of_rows": int(rows.shape[0]),
+              "how": (f"min({FLAGS.fd_rows}, rows of the group) rows per (layer, head)"
+                      if groups is not None else f"min({FLAGS.fd_rows}, rows) rows")
+              + f", uniform without replacement, numpy default_rng({fd_seed}) (from --seed); "
+              "one direction v per (row, eps), shared by the temperatures",
+              "exact_rows": int(len(exact_idx)),
+              "exact_how": "every row" if len(exact_idx) == rows.shape[0] else
+              f"{len(exact_idx)} rows uniform without replacement (from --seed)",
+              "closed_form_rows": int(rows.shape[0]) if name == "softmax" else 0}
+  print(f"gradient: g(T, eps) on {fd_idx.size} sampled rows; exact O(L) norm on every row"
+        if name == "softmax" else f"gradient: g(T, eps) on {fd_idx.size} sampled rows",
+        flush=True)
+  norm_fn = normalizers.get(name, **params)
+  config = results_lib.flags_config(FLAGS, CONFIG_FLAGS)
+
   summaries, per_row = [], []
   t0 = time.perf_counter()
+
+  def flush(complete: bool):
+    res = {"source": source_info, "normalizer": name, "params": params, "sampling": sampling,
+           "temperatures": temps, "epsilons": epsilons, "length": L,
+           "n_rows": int(rows.shape[0]), "per_temperature": summaries,
+           "temperatures_done": len(summaries), "complete": complete,
+           "seconds": time.perf_counter() - t0}
+    if summaries:
+      res.update(findings(summaries, name, epsilons))
+    results_lib.write_results(out_dir, EXPERIMENT, config, res, seed=FLAGS.seed)
+    return res
+
   from limits.progress import Progress
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
-    for i, T in enumerate(temps):
-      s, pr = run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
-                              jax.random.fold_in(k_dir, i), dense=dense, groups=groups,
-                              n_groups=n_groups, dtype_tol=dtype_tol,
-                              power_iters=FLAGS.power_iters)
-      summaries.append(s)
-      per_row.extend(pr)
-      prog.update(1)
+    for c0 in range(0, len(temps), FLAGS.t_batch):
+      chunk = temps[c0:c0 + FLAGS.t_batch]
+      allnorm = (sensitivity.softmax_norms(rows, chunk, mask) if name == "softmax" else None)
+      g_all = sensitivity.fd_batch(norm_fn, rows[fd_idx], mask[fd_idx], chunk, epsilons,
+                                   jax.random.fold_in(k_dir, c0))  # (S, K, E)
+      for j, T in enumerate(chunk):
+        s, pr = run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
+                                g_vals=g_all[:, j], fd_idx=fd_idx,
+                                allnorm=None if allnorm is None else allnorm[:, j],
+                                dense=dense, groups=groups, n_groups=n_groups,
+                                dtype_tol=dtype_tol, power_iters=FLAGS.power_iters)
+        summaries.append(s)
+        per_row.extend(pr)
+        prog.update(1)
+      flush(complete=False)  # an interrupted run keeps every finished temperature
   elapsed = time.perf_counter() - t0
 
   table = format_table(summaries, epsilons, name)
@@ -498,9 +580,10 @@ def main(argv):
             "('!' = above tolerance)")
   print(table)
   print(legend)
-  res = {"source": source_info, "normalizer": name, "params": params,
+  res = {"source": source_info, "normalizer": name, "params": params, "sampling": sampling,
          "temperatures": temps, "epsilons": epsilons, "length": L, "n_rows": int(rows.shape[0]),
-         "per_temperature": summaries, "seconds": elapsed}
+         "per_temperature": summaries, "temperatures_done": len(summaries), "complete": True,
+         "seconds": elapsed}
   res.update(findings(summaries, name, epsilons))
   if name == "softmax":
     n_ex = sum(s["all_rows_n_exceed_paper"] for s in summaries)
@@ -515,8 +598,7 @@ def main(argv):
     res["finding_1_over_4T"] = msg
   res["table"] = table
   res["table_legend"] = legend
-  results_lib.write_results(out_dir, EXPERIMENT, results_lib.flags_config(FLAGS, CONFIG_FLAGS),
-                            res, seed=FLAGS.seed)
+  results_lib.write_results(out_dir, EXPERIMENT, config, res, seed=FLAGS.seed)
   csv_rows = []
   for s in summaries:
     r = {k: v for k, v in s.items() if k not in ("g", "closed_form", "checks", "counterexample")}

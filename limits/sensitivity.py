@@ -21,10 +21,15 @@ range. Pure NumPy on the small (K temperatures × E epsilons) table the experime
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
+from limits import normalizers
 from limits.results import verdict
 
 
@@ -101,3 +106,151 @@ def figure4_verdicts(temperatures: Sequence[float], curves: Mapping[str, Sequenc
       f"{high_t:g}; drop: each curve falls {drop_decades:g} +- {drop_tol:g} decades from "
       f"T = {th[i_lo]:g} to T = {th[i_hi]:g}"))
   return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 5 at scale: the exact softmax Jacobian norm of every row at every temperature in
+# O(L) each, and the paper's g(T, ε) on a seeded sample of rows, temperatures batched per row.
+
+
+def _softmax_norm_newton(a, max_iters: int):
+  """λ_max(diag α − ααᵀ) per row by Newton's method; a (..., L) softmax rows → (...,).
+
+  Corollary 3's exact norm (×1/T). With α_(1) > α_(2) the top eigenvalue λ is the root in
+  (α_(2), α_(1)) of φ(λ) = (α_(1) − λ)(1 + ψ(λ)) − α_(1)², ψ(λ) = Σ_{i≠(1)} α_i²/(λ − α_i)
+  (the secular equation times α_(1) − λ > 0). φ is decreasing and convex there, so Newton's
+  method from a point left of the root increases monotonically to it (every iterate is a lower
+  bound) and converges quadratically. Start: the Rayleigh quotient of (e_(1) − e_(2))/√2,
+  (α_(1) + α_(2) − (α_(1) − α_(2))²)/2 ∈ (α_(2), λ], evaluated with 1 − α_(1) = Σ_{i≠(1)} α_i
+  (no cancellation for nearly one-hot rows). Tied top two: λ = α_(1); α_(2) = 0 (one-hot): 0.
+  """
+  # Top two by max/argmax (lax.top_k is ~50× slower on CPU). Ties: argmax takes one of them.
+  i1 = jnp.argmax(a, axis=-1)  # (...,)
+  others = jnp.arange(a.shape[-1]) != i1[..., None]  # (..., L)
+  ao = jnp.where(others, a, 0.0)
+  a1 = jnp.take_along_axis(a, i1[..., None], axis=-1)[..., 0]
+  a2 = jnp.max(ao, axis=-1)
+  rest = jnp.sum(ao, axis=-1)  # 1 − α_(1) without cancellation when α_(1) ≈ 1
+  # Rayleigh quotients of (e_(1) − e_(2))/√2 and e_(1), written without 1 − α_(1).
+  lam0 = jnp.maximum((a1 * rest + a2 * (1 + 2 * a1 - a2)) / 2, a1 * rest)
+  lam0 = jnp.clip(lam0, jnp.nextafter(a2, a1), a1)
+  solve = (a1 > a2) & (a2 > 0)
+
+  def step(lam):
+    den = jnp.where(solve, lam, 2.0)[..., None] - ao  # > 0 for every other key
+    r = ao / den
+    psi = jnp.sum(ao * r, axis=-1)
+    dpsi = -jnp.sum(r * r, axis=-1)
+    phi = a1 * (rest + psi) - lam * (1 + psi)  # = (α_(1) − λ)(1 + ψ) − α_(1)²
+    dphi = -(1 + psi) + (a1 - lam) * dpsi
+    new = lam - phi / dphi
+    return jnp.where(solve, jnp.clip(new, lam, a1), lam)
+
+  tol = 4 * jnp.finfo(a.dtype).eps
+
+  def cond(c):  # Newton's steps shrink quadratically; stop when every row's is at rounding level
+    i, lam, prev = c
+    return (i < max_iters) & jnp.any(lam - prev > tol * lam)
+
+  def body(c):
+    i, lam, _ = c
+    return i + 1, step(lam), lam
+
+  _, lam, _ = lax.while_loop(cond, body, (0, step(lam0), lam0))
+  lam = jnp.where(a1 > a2, lam, a1)
+  return jnp.where(a2 > 0, lam, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("max_iters",))
+def _norms_block(logits, mask, temperatures, max_iters):
+  a = normalizers.softmax(logits[:, None, :], temperatures[None, :, None], mask[:, None, :])
+  return _softmax_norm_newton(a, max_iters) / temperatures[None, :]  # (R, K)
+
+
+def softmax_norms(logits, temperatures, mask=None, *, block_elems: int = 1 << 22,
+                  max_iters: int = 60) -> np.ndarray:
+  """‖∂softmax(l/T)/∂l‖₂ for every row and temperature: (R, L), (K,) → (R, K) NumPy.
+
+  The exact norm (Corollary 3) by :func:`_softmax_norm_newton`, all K temperatures of a row in
+  one pass. Causal rows are cut to their visible span (rounded up to a power of two ≥ 128), so a
+  query at position t costs O(t), not O(L).
+  """
+  l = np.asarray(logits)
+  R, L = l.shape
+  m = np.ones(l.shape, bool) if mask is None else np.asarray(mask, bool)
+  T = np.asarray(temperatures, l.dtype)
+  out = np.zeros((R, T.size), l.dtype)
+  for rows, width in _span_buckets(m):
+    block = min(rows.size, max(1, block_elems // (width * T.size)))
+    for s in range(0, rows.size, block):
+      r = rows[s:s + block]
+      lb, mb = np.zeros((block, width), l.dtype), np.zeros((block, width), bool)
+      lb[:r.size], mb[:r.size] = l[r, :width], m[r, :width]  # padded: one compile per width
+      out[r] = np.asarray(_norms_block(jnp.asarray(lb), jnp.asarray(mb), jnp.asarray(T),
+                                       max_iters))[:r.size]
+  return out
+
+
+def _span_buckets(mask, min_width: int = 128):
+  """Groups rows by visible span (last visible index + 1) rounded up to a power of two."""
+  m = np.asarray(mask, bool)
+  L = m.shape[-1]
+  last = np.where(m.any(-1), L - np.argmax(m[:, ::-1], axis=-1), 1)  # (R,)
+  width = np.minimum(L, np.maximum(min_width, 2 ** np.ceil(np.log2(np.maximum(last, 1)))))
+  width = width.astype(int)
+  for w in np.unique(width):
+    yield np.nonzero(width == w)[0], int(w)
+
+
+def fd_batch(norm_fn, logits, mask, temperatures, epsilons, key, *,
+             block_elems: int = 1 << 22) -> np.ndarray:
+  """The paper's g(T, ε) = ‖α((l + εv)/T) − α(l/T)‖₂/ε for rows × temperatures × ε.
+
+  logits (S, L), mask (S, L), temperatures (K,), epsilons (E,) → (S, K, E) NumPy. One random
+  unit direction v per (row, ε) over the visible keys (isotropic Gaussian, AMBIG-13), fresh per
+  row and ε and shared by the K temperatures (common random numbers make the curves of one
+  row comparable across T); row r uses ``fold_in(key, r)``, so a row's g does not depend on
+  which other rows are sampled. ``norm_fn(z, mask)`` is the normalizer applied to z = l/T.
+  """
+  l = np.asarray(logits)
+  S, L = l.shape
+  m = np.asarray(mask, bool)
+  T = jnp.asarray(np.asarray(temperatures, l.dtype))
+  eps = jnp.asarray(np.asarray(epsilons, l.dtype))
+  out = np.zeros((S, T.size, eps.size), l.dtype)
+  block = min(max(S, 1), max(1, block_elems // (L * T.size * (eps.size + 1))))
+  keys = jax.random.split(key, max(S, 1))
+  for s in range(0, S, block):
+    n = min(block, S - s)
+    lb, mb = np.zeros((block, L), l.dtype), np.zeros((block, L), bool)
+    lb[:n], mb[:n] = l[s:s + n], m[s:s + n]  # padded: one compile
+    kb = keys[np.minimum(np.arange(s, s + block), S - 1)]
+    out[s:s + n] = np.asarray(_fd_block(norm_fn, jnp.asarray(lb), jnp.asarray(mb), T, eps,
+                                        kb))[:n]
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _fd_block(norm_fn, l, m, T, eps, keys):
+  from limits import jacobians
+
+  def one(lr, mr, k):
+    v = jax.vmap(lambda ke: jacobians.random_directions(ke, lr.shape, mr, lr.dtype))(
+        jax.random.split(k, eps.size))  # (E, L)
+    base = jax.vmap(lambda t: norm_fn(lr / t, mr))(T)  # (K, L)
+    pert = jax.vmap(lambda t: jax.vmap(lambda e, vv: norm_fn((lr + e * vv) / t, mr))(eps, v))(T)
+    return jnp.linalg.norm(pert - base[:, None, :], axis=-1) / eps[None, :]  # (K, E)
+
+  return jax.vmap(one)(l, m, keys)
+
+
+def sample_rows(groups, per_group: int, seed: int) -> np.ndarray:
+  """Sorted indices of a seeded sample: min(per_group, size) rows of each group, uniformly
+  without replacement (``numpy.random.default_rng(seed)``, groups in ascending order)."""
+  g = np.asarray(groups)
+  rng = np.random.default_rng(seed)
+  picks = []
+  for v in np.unique(g):
+    idx = np.nonzero(g == v)[0]
+    picks.append(idx if idx.size <= per_group else rng.choice(idx, per_group, replace=False))
+  return np.sort(np.concatenate(picks)) if picks else np.zeros(0, int)

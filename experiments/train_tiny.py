@@ -532,10 +532,10 @@ def main(argv):
   t_start = time.time()
   out_dir = Path(FLAGS.out_dir or "results/train_tiny/model")
   ckpt_dir = Path(FLAGS.ckpt_dir) if FLAGS.ckpt_dir else out_dir.parent / "ckpt"
-  check_output_dirs(out_dir, ckpt_dir)  # unwritable or not a folder: one line, before training
   settings = flags_config(FLAGS, RESUME_KEYS)
 
   corpus = data_lib.resolve_corpus(text=FLAGS.text, data_dir=FLAGS.data_dir)
+  check_output_dirs(out_dir, ckpt_dir)  # unwritable or not a folder: one line, before training
   train_text, heldout_text = data_lib.split_heldout(corpus.text, FLAGS.heldout_fraction)
   _log(f"corpus {corpus.path} ({len(corpus.text)} chars, sha256 {corpus.sha256[:12]}...); "
        f"train {len(train_text)} chars, held out {len(heldout_text)}")

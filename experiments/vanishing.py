@@ -26,11 +26,11 @@ import time
 
 from absl import app, flags
 
-from limits import cli
+from limits import cli, sources
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", "tiny", "'tiny' (embedded), a GPT-2 name, or a model directory.")
+flags.DEFINE_string("model", "tiny", sources.MODEL_HELP)
 flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
 flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else "
                     "the corpus embedded in the package; LIMITS_ALLOW_DOWNLOAD=1 fetches it from "
@@ -58,7 +58,7 @@ def main(argv):
   import jax
   import numpy as np
 
-  from limits import bounds, gpt2
+  from limits import bounds, models
   from limits import results as res
   from limits import sources, stats
   from limits.progress import Progress
@@ -127,7 +127,7 @@ def main(argv):
       t0 = time.perf_counter()
       acc = {}
       for w in range(FLAGS.windows):
-        for layer, rec in gpt2.iter_layers(model.params, tokens_by_l[L][w:w + 1], c):
+        for layer, rec in models.iter_layers(model.params, tokens_by_l[L][w:w + 1], c):
           out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
                          np.asarray(T, dtype))
           out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)

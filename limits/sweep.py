@@ -1223,7 +1223,7 @@ def _distance_model_inputs(static):
 def _distance_model_fn(static, params, keys, run_key, data):
   """Theorem 1 (Algorithms 1-2) on a model's own attention, one cell per (L, N).
 
-  The corpus windows (W, L) of the group run through ``gpt2.forward`` once per step; each
+  The corpus windows (W, L) of the group run through ``models.forward`` once per step; each
   layer's record is reduced inside the layer scan by ``distance.head_stats`` for every N of the
   step's cells (the N axis is the batch), with x = value vectors or hidden states (AMBIG-7),
   every query t > N with its causal prefix (AMBIG-8). Per cell, over the n_layer * n_head heads
@@ -1234,7 +1234,7 @@ def _distance_model_fn(static, params, keys, run_key, data):
   """
   import jax.numpy as jnp
 
-  from limits import distance, gpt2
+  from limits import distance, models
 
   model = _model(static["model"])
   L = static["length"]
@@ -1246,7 +1246,7 @@ def _distance_model_fn(static, params, keys, run_key, data):
     return distance.head_stats(rec.weights.astype(dt), x, ns, n_cap=L - 1,
                                inclusion=static["inclusion"], bound=True)  # (W, H, b)
 
-  st = gpt2.forward(data["params"], data["tokens"], model.config, lm_head=False,
+  st = models.forward(data["params"], data["tokens"], model.config, lm_head=False,
                     record_fn=reduce).attn                            # (n_layer, W, H, b)
   # Sum over windows (max for the ratios), then heads = layer x head, layer-major.
   heads = distance.HeadStats(*[

@@ -115,3 +115,32 @@ def test_bad_flags_fail_cleanly(args, needle, tmp_path):
   line = _assert_clean_failure(r)
   assert needle in line, line
   assert not (tmp_path / "bad" / "results.json").exists()
+
+
+def test_sampled_plan_gives_the_exhaustive_verdicts(tmp_path):
+  """g(T, ε) on a seeded sample of 8 rows per (layer, head) against every row (--fd_rows
+  larger than any head): the same verdict on every claim. The exact norms cover every row in
+  both plans, so Corollary 3 / Lemma 2 counts are identical; only the Fig. 4 statistics move."""
+  from limits.gpt2 import testing
+
+  words = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
+           "But I warn you, if you don't tell me that this means war. ") * 40
+  text = tmp_path / "text.txt"
+  text.write_text(words)
+  model = testing.make_random_model_dir(tmp_path / "model", n_layer=2, n_head=2, n_embd=16,
+                                        n_positions=64, text=words)
+  temps = "1e-3,3e-3,1e-2,3e-2,0.1,0.3,1,3,10,30,100"
+  res = {}
+  for label, fd in (("sampled", 8), ("exhaustive", 10_000)):
+    out = tmp_path / label
+    r = run("--source=model", f"--model={model}", f"--text={text}", "--length=64",
+            "--windows=2", f"--temperatures={temps}", f"--fd_rows={fd}", "--rows=8",
+            "--check_rows=0", f"--out_dir={out}")
+    assert r.returncode == 0, r.stderr
+    res[label] = json.loads((out / "results.json").read_text())["results"]
+  assert res["sampled"]["sampling"]["fd_rows"] == 2 * 2 * 8
+  assert res["exhaustive"]["sampling"]["fd_rows"] == res["exhaustive"]["n_rows"] == 2 * 2 * 128
+  for a, b in zip(res["sampled"]["verdicts"], res["exhaustive"]["verdicts"]):
+    assert a["claim"] == b["claim"] and a["verdict"] == b["verdict"], (a, b)
+  for a, b in zip(res["sampled"]["per_temperature"], res["exhaustive"]["per_temperature"]):
+    assert a["all_rows_n_exceed_paper"] == b["all_rows_n_exceed_paper"]

@@ -1,0 +1,107 @@
+"""experiments.gradient under abuse (issue 16's findings), each reproduced as a user would:
+a temperature below the float range, Ctrl-C mid-run, a Lemma 2 bound that overflows, LAPACK
+noise on stdout at tiny T."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env():
+  return dict(os.environ, JAX_PLATFORMS="cpu")
+
+
+def run(*args, timeout=300):
+  return subprocess.run([sys.executable, "-m", "experiments.gradient", *args], cwd=REPO,
+                        env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error_line(r):
+  assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+  assert "Traceback" not in r.stderr + r.stdout
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, r.stderr
+  return lines[0]
+
+
+def test_temperature_below_float32_range_is_an_error(tmp_path):
+  """Before: T = 1e-38 with --nox64 gave NaN norms, the tied row's T‖J‖ read 0 and Corollary 3
+  "held" (exit 0). Now: one line naming the smallest T allowed, no results."""
+  out = tmp_path / "run"
+  r = run("--temperature=1e-38", "--nox64", "--rows=8", "--length=16", f"--out_dir={out}")
+  line = _one_error_line(r)
+  assert "temperature" in line and "float32" in line and "--x64" in line, line
+  assert not (out / "results.json").exists()
+  # The same T in float64 is fine (logits ~ 8·N(0,1) over 1e-38 stay finite).
+  r = run("--temperature=1e-38", "--rows=8", "--length=16", "--check_rows=0",
+          f"--out_dir={tmp_path / 'ok'}")
+  assert r.returncode == 0, r.stderr
+  res = json.loads((tmp_path / "ok" / "results.json").read_text())["results"]
+  verdicts = {v["claim"].split(":")[0]: v["verdict"] for v in res["verdicts"]}
+  assert verdicts["Corollary 3 as printed"] == "fails"  # the tied row: T‖J‖ = 1/2 > 1/4
+
+
+def test_ctrl_c_keeps_finished_temperatures(tmp_path):
+  """Before: "results written so far are kept", yet the run folder was empty after 5 of 6
+  temperatures. Now results.json is rewritten after each batch of temperatures."""
+  out = tmp_path / "run"
+  temps = ",".join(f"{t:g}" for t in [0.01 * 1.5**i for i in range(40)])
+  p = subprocess.Popen([sys.executable, "-m", "experiments.gradient", f"--temperatures={temps}",
+                        "--t_batch=1", "--rows=64", "--length=256", "--check_rows=2",
+                        f"--out_dir={out}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 240
+  done = 0
+  while time.time() < deadline and p.poll() is None:
+    try:
+      done = json.loads((out / "results.json").read_text())["results"]["temperatures_done"]
+    except (OSError, ValueError, KeyError):
+      done = 0
+    if done >= 2:
+      break
+    time.sleep(0.5)
+  assert p.poll() is None, "finished before it could be interrupted"
+  assert done >= 2
+  p.send_signal(signal.SIGINT)
+  _, err = p.communicate(timeout=120)
+  assert p.returncode == 130, err
+  res = json.loads((out / "results.json").read_text())["results"]
+  assert res["complete"] is False
+  assert len(res["per_temperature"]) == res["temperatures_done"] >= 2
+  assert res["per_temperature"][0]["T"] == 0.01
+
+
+def test_lemma2_not_testable_when_its_bound_overflows(tmp_path):
+  """Before: with --logit_scale=1e4 the Lemma 2 check "held" because its bound was infinite on
+  6,653 of 6,656 rows. The bound (e^{r/T} + e^{2r/T})/(T·L) with r ≈ 1e4·6 overflows float64
+  on every row at T = 1, so nothing is tested there."""
+  out = tmp_path / "run"
+  r = run("--logit_scale=1e4", "--temperature=1", "--rows=32", "--length=16", "--check_rows=2",
+          f"--out_dir={out}")
+  assert r.returncode == 0, r.stderr
+  res = json.loads((out / "results.json").read_text())["results"]
+  v = next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
+  assert v["verdict"] == "not testable", v
+  assert "infinity" in v["reason"]
+  # And at a moderate scale it is tested (finite on every row) and holds.
+  r = run("--logit_scale=1", "--temperature=1", "--rows=32", "--length=16", "--check_rows=2",
+          f"--out_dir={tmp_path / 'ok'}")
+  res = json.loads((tmp_path / "ok" / "results.json").read_text())["results"]
+  v = next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
+  assert v["verdict"] == "holds", v
+
+
+def test_no_lapack_message_on_stdout_at_tiny_temperature(tmp_path):
+  """Before: LAPACK printed 'DLASCL parameter number 4 had an illegal value' to stdout at
+  T ≈ 0.0016, L = 256 (dense SVD of a Jacobian with subnormal entries)."""
+  r = run("--temperatures=0.001,0.0016,0.0025", "--rows=24", "--length=256", "--check_rows=0",
+          f"--out_dir={tmp_path / 'run'}", timeout=600)
+  assert r.returncode == 0, r.stderr
+  assert "DLASCL" not in r.stdout + r.stderr
+  assert "illegal value" not in r.stdout + r.stderr

@@ -1,152 +1,133 @@
-r"""Algorithms 1-3 (Theorem 1, Fig. 2) on the GPT-2 124M architecture: limits vs a NumPy loop.
+r"""Algorithms 1-3 (Theorem 1, Fig. 2) for one window: the fast path against the previous one.
 
-Random weights (``limits.gpt2.init_params``) and random tokens: only the time matters here.
-Stages, each timed on its own (compile excluded by a warm-up where it is reused):
+  python -m benchmarks.distance [--model=tiny|gpt2_124m|smollm2] [--lengths=...] [--pairs=3]
 
-  forward    one streamed forward at L (12 layers, attention records), per L
-  alg1       Theorem 1 stats for N = 5 at every L in --lengths (bound included)
-  alg2       L = max(--lengths), N ∈ {1, 5, 10, 20, 100} (bound included)
-  alg3       critical-N bisection per L (KS on 144 heads; d̃ and E only, as Algorithm 3)
+Random tokens (only the time matters). Each algorithm is timed as its experiment step runs it,
+forward passes included:
 
-Reference: a straightforward per-head, per-query NumPy loop (top-N by argsort, explicit vector
-differences for d̃ and E, pairwise distances for d_1). It is timed on ``--ref_heads`` heads and
-``--ref_queries`` evenly spaced queries and **extrapolated** linearly to 144 heads × all
-queries (the work per query grows with t, so the evenly spaced sample is unbiased for the sum).
+  alg1  Theorem 1 for N = 5 at every L in --lengths, bound verified (float64)
+  alg2  L = max(--lengths), N ∈ {1, 5, 10, 20, 100}, bound verified (float64)
+  alg3  critical-N bisection (batch 8, KS at α = 0.01) at every L (d̃ and E only)
 
-  python -m benchmarks.distance --out=results/benchmarks/distance.json
+ours = ``limits.distance.ModelEvaluator`` (rows sorted once on the host, per-N matrix products,
+float32 for the KS-only search with the layers' sorted rows kept between probes). reference =
+the previous path (``head_stats``: per-row ``lax.top_k`` and matrix-vector products, float64
+everywhere as the experiment ran it, one forward per bisection round). Both run in this process,
+alternating (benchmarks.common), and must agree: the benchmark checks the head means of d̃, E,
+d_max (relative 1e-9 for the float64 stages) and the critical N of every L.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 from absl import app, flags
 
+flags.DEFINE_string("model", "tiny", "tiny, gpt2_124m (random weights), smollm2, or a model dir.")
 flags.DEFINE_string("lengths", "32,64,128,256,512,1024", "Lengths for Algorithms 1 and 3.")
-flags.DEFINE_integer("ref_heads", 2, "Heads timed for the NumPy reference.")
-flags.DEFINE_integer("ref_queries", 32, "Queries per head timed for the NumPy reference.")
+flags.DEFINE_integer("pairs", 3, "Alternating (reference, ours) pairs per stage.")
+flags.DEFINE_string("only", "", "Comma-separated subset of alg1,alg2,alg3.")
 flags.DEFINE_string("out", None, "Write the JSON report here too.")
 FLAGS = flags.FLAGS
 
 
-def numpy_row(a, x, n, with_e=True, with_bound=True):
-  """Plain per-query reference for one row (t visible keys)."""
-  import numpy as np
+class Reference:
+  """The previous evaluation path, kept here as the benchmark's reference."""
 
-  t = a.shape[0]
-  order = np.argsort(-a, kind="stable")
-  sel, rest = order[:n], order[n:]
-  s = a[sel] @ x[sel]
-  d = np.linalg.norm(a[rest, None] * x[rest] - s, axis=1).sum()
-  out = {"d": d}
-  if with_bound:
-    abar = a[sel].sum()
-    d1 = np.linalg.norm(x[rest][:, None, :] - x[sel][None, :, :], axis=-1).max()
-    rn = np.linalg.norm(x[sel], axis=1).max()
-    out["dmax"] = (1 - abar) * d1 + rn * np.abs(abar - a[rest]).sum()
-  if with_e:
-    p = n / (t - 1)
-    tot = a @ x
-    out["e"] = (t - n) / t * np.linalg.norm(a[:, None] * x - p * (tot - a[:, None] * x),
-                                            axis=1).sum()
-  return out
+  def __init__(self, params, config):
+    self.params, self.config = params, config
+
+  def head_stats(self, tok, ns, bound, dtype):
+    import jax
+    import jax.numpy as jnp
+
+    from limits import distance, models
+
+    parts = []
+    for _, rec in models.iter_layers(self.params, tok, self.config):
+      hs = distance.head_stats(rec.weights.astype(dtype), rec.v.astype(dtype),
+                               jnp.asarray(ns, jnp.int32), n_cap=max(ns), bound=bound)
+      parts.append(jax.tree.map(lambda v: v[0], hs))
+    return jax.tree.map(lambda v: __import__("numpy").asarray(v), distance.concat_heads(parts))
+
+  def critical_n(self, tok, n_max, dtype):
+    from limits import distance, stats
+
+    def pv(ns):
+      padded = list(ns) + [ns[-1]] * (8 - len(ns))
+      m = distance.token_means(self.head_stats(tok, padded, False, dtype))
+      return [stats.ks_2samp(m["d_sum"][:, k], m["expected"][:, k]).pvalue
+              for k in range(len(ns))]
+
+    return stats.critical_n(pv, 1, n_max, alpha=0.01, method="bisect", batch=8)
 
 
 def main(argv):
   del argv
   import jax
-  import jax.numpy as jnp
+
+  jax.config.update("jax_enable_x64", True)
   import numpy as np
 
-  from limits import distance, gpt2
+  from benchmarks import common
+  from limits import distance
 
-  lengths = [int(v) for v in FLAGS.lengths.split(",")]
+  config, params = common.load_model(FLAGS.model)
+  lengths = [int(v) for v in FLAGS.lengths.split(",") if int(v) <= config.n_positions]
   L_max = max(lengths)
-  config = gpt2.Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=50257)
-  params = gpt2.init_params(jax.random.key(0), config)
+  only = set(FLAGS.only.split(",")) if FLAGS.only else {"alg1", "alg2", "alg3"}
   rng = np.random.default_rng(0)
   toks = {L: rng.integers(0, config.vocab_size, size=(1, L)).astype(np.int32) for L in lengths}
-  ev = distance.ModelEvaluator(params, config)
-  report = {"device": str(jax.devices()[0]), "heads": 144, "stages": {}}
+  ours = distance.ModelEvaluator(params, config)  # float64 bound stages, float32 KS search
+  ref = Reference(params, config)
+  heads = config.n_layer * config.n_head
+  report = {"model": FLAGS.model, "heads": heads, "lengths": lengths,
+            "device": str(jax.devices()[0]), "stages": {}, "agreement": {}}
+  f64 = np.float64
 
-  def timed(fn):
-    t0 = time.perf_counter()
-    r = fn()
-    jax.block_until_ready(r) if r is not None and not isinstance(r, (list, dict)) else None
-    return r, time.perf_counter() - t0
+  def means(st):
+    return {k: np.asarray(v) for k, v in distance.token_means(st).items()}
 
-  # Forward alone (streamed, records materialised).
-  fwd = {}
-  for L in lengths:
-    def go(L=L):
-      last = None
-      for _, rec in gpt2.iter_layers(params, toks[L], config):
-        last = rec.weights
-      return jax.block_until_ready(last)
-    go()  # compile
-    fwd[L] = timed(go)[1]
-  report["stages"]["forward_s"] = fwd
+  def agree(a, b):
+    return max(float(np.nanmax(np.abs(a[k] - b[k]) / np.maximum(np.abs(b[k]), 1e-300)))
+               for k in ("d_sum", "expected", "dmax_sum"))
 
-  def alg(ns, L, bound):
-    return ev.head_stats(toks[L], ns, n_cap=max(ns), bound=bound)
-
-  a1 = {}
-  for L in lengths:
-    alg([5], L, True)  # compile
-    a1[L] = timed(lambda L=L: alg([5], L, True))[1]
-  report["stages"]["alg1_s"] = a1
-  report["stages"]["alg1_total_s"] = sum(a1.values())
-  ns2 = [n for n in (1, 5, 10, 20, 100) if n < L_max]
-  alg(ns2, L_max, True)
-  report["stages"]["alg2_s"] = timed(lambda: alg(ns2, L_max, True))[1]
-
-  a3 = {}
-  for L in lengths:
-    t0 = time.perf_counter()
-    r = ev.critical_n(toks[L], L - 1, alpha=0.01, method="bisect", batch=8)
-    a3[L] = {"seconds_incl_compile": time.perf_counter() - t0, "probes": len(r.evaluated),
-             "critical_n": r.n}
-  report["stages"]["alg3"] = a3
-  report["stages"]["alg3_total_s"] = sum(v["seconds_incl_compile"] for v in a3.values())
-
-  # NumPy reference on a subset, extrapolated.
-  recs = dict(gpt2.iter_layers(params, toks[L_max], config, layers=[0]))
-  w = np.asarray(recs[0].weights[0], np.float64)  # (H, L, L)
-  v = np.asarray(recs[0].v[0], np.float64)  # (H, L, d)
-  qs = np.linspace(5, L_max - 1, FLAGS.ref_queries).astype(int)
-  numpy_row(w[0, 20, :21], v[0, :21], 5)  # warm-up
-  ref = {}
-  for label, ns, bound in (("alg1_L_max", [5], True), ("alg2", ns2, True)):
-    t0 = time.perf_counter()
-    for h in range(FLAGS.ref_heads):
-      for q in qs:
-        for n in ns:
-          if q + 1 > n:
-            numpy_row(w[h, q, :q + 1], v[h, :q + 1], n, with_bound=bound)
-    dt = time.perf_counter() - t0
-    ref[label] = dt * (144 / FLAGS.ref_heads) * (L_max / len(qs))
-  ref_note = (f"timed on {FLAGS.ref_heads} heads x {len(qs)} evenly spaced queries at "
-              f"L={L_max}, extrapolated linearly to 144 heads x {L_max} queries")
-  # Check the two agree on one row (float64 both).
-  row = numpy_row(w[0, L_max - 1], v[0], 5)
-  with jax.enable_x64(True):
-    st = distance.row_stats(jnp.asarray(w[0, L_max - 1]), jnp.asarray(v[0]), jnp.array([5]), 5)
-  agree = {"d": abs(float(st.d_sum[0]) - row["d"]) / row["d"],
-           "dmax": abs(float(st.dmax_sum[0]) - row["dmax"]) / row["dmax"],
-           "e": abs(float(st.expected[0]) - row["e"]) / row["e"]}
-  ours_l_max = a1[L_max] - fwd[L_max]
-  report["numpy_reference"] = {"extrapolated_s": ref, "note": ref_note,
-                               "relative_difference_one_row": agree}
-  report["ratios"] = {
-      "alg1_L_max_numpy_over_limits_excl_forward": ref["alg1_L_max"] / max(ours_l_max, 1e-9),
-      "alg2_numpy_over_limits_excl_forward":
-          ref["alg2"] / max(report["stages"]["alg2_s"] - fwd[L_max], 1e-9),
-      "alg2_numpy_over_limits_incl_forward": ref["alg2"] / report["stages"]["alg2_s"]}
+  if "alg1" in only:
+    run_ours = lambda: [ours.head_stats(toks[L], [5], bound=True) for L in lengths]
+    run_ref = lambda: [ref.head_stats(toks[L], [5], True, f64) for L in lengths]
+    report["stages"]["alg1"] = common.alternate(run_ref, run_ours, FLAGS.pairs)
+    report["agreement"]["alg1_max_rel"] = max(agree(means(a), means(b)) for a, b in
+                                              zip(run_ours(), run_ref()))
+    print(common.line("alg1 (N = 5, every L, bound)", report["stages"]["alg1"]), flush=True)
+  if "alg2" in only:
+    ns2 = [n for n in (1, 5, 10, 20, 100) if n < L_max]
+    run_ours = lambda: ours.head_stats(toks[L_max], ns2, bound=True)
+    run_ref = lambda: ref.head_stats(toks[L_max], ns2, True, f64)
+    report["stages"]["alg2"] = common.alternate(run_ref, run_ours, FLAGS.pairs)
+    report["agreement"]["alg2_max_rel"] = agree(means(run_ours()), means(run_ref()))
+    print(common.line(f"alg2 (L = {L_max}, N = {ns2}, bound)", report["stages"]["alg2"]),
+          flush=True)
+  if "alg3" in only:
+    found = {}
+    run_ours = lambda: found.__setitem__("ours", [ours.critical_n(toks[L], L - 1).n
+                                                  for L in lengths])
+    run_ref = lambda: found.__setitem__("ref", [ref.critical_n(toks[L], L - 1, f64).n
+                                                for L in lengths])
+    report["stages"]["alg3"] = common.alternate(run_ref, run_ours, FLAGS.pairs)
+    report["agreement"]["alg3_critical_n"] = {"ours": found["ours"], "reference": found["ref"],
+                                              "equal": found["ours"] == found["ref"]}
+    print(common.line("alg3 (critical-N bisection, every L)", report["stages"]["alg3"]),
+          flush=True)
+  total_ours = sum(s["ours_median_s"] for s in report["stages"].values())
+  total_ref = sum(s["ref_median_s"] for s in report["stages"].values())
+  report["total"] = {"ours_s": total_ours, "reference_s": total_ref,
+                     "ratio": total_ref / max(total_ours, 1e-12)}
   report["paper_reported"] = {"alg1_min": 24, "alg2_min": 37, "alg3_h": 17.07,
-                              "hardware": "Apple M1 Pro 10-core CPU"}
+                              "hardware": "Apple M1 Pro 10-core CPU, GPT-2 124M"}
+  print(f"total ({'+'.join(report['stages'])}): reference {total_ref:.1f} s, ours "
+        f"{total_ours:.1f} s ({report['total']['ratio']:.1f}x); agreement "
+        f"{json.dumps(report['agreement'])}")
   text = json.dumps(report, indent=2, default=float)
-  print(text)
   if FLAGS.out:
     from limits.results import atomic_write_text
 

@@ -555,16 +555,18 @@ def normalize_to_sphere(v, M):
   return jnp.asarray(M, v.dtype) * v / jnp.where(norm > 0, norm, 1)
 
 
-def _head_sums(weights, v, ns, M, rule):
+def _head_sums(weights, v, ns, M, rule, srt=None):
   """One head: sums over queries with more than n visible keys (AMBIG-8), (K, len(LAYER_FIELDS)).
 
   The sort of every attention row, the projection onto the sphere and the prefix deltas are
-  computed once and shared by every n in ``ns``.
+  computed once and shared by every n in ``ns``. ``srt`` (L, L): the rows already sorted
+  (:func:`sort_rows_host`); else sorted here.
   """
   L = weights.shape[-1]
   visible = jnp.tril(jnp.ones((L, L), bool))                 # causal prefix of each query
   x = normalize_to_sphere(v, M)                              # (L, d)
-  srt = sort_desc(weights, visible)                          # (L, L)
+  if srt is None:
+    srt = sort_desc(weights, visible)                        # (L, L)
   delta = prefix_min_pairwise_distance(x)                    # (L,) delta of query t's prefix
   dl = jnp.where(jnp.isfinite(delta), delta, 0)
 
@@ -578,8 +580,21 @@ def _head_sums(weights, v, ns, M, rule):
   return jax.lax.map(one, ns)
 
 
+def sort_rows_host(weights):
+  """(…, L, L) causal rows sorted descending on the host, masked keys −inf last: the same
+  array as ``sort_desc(weights, tril)``; NumPy's sort is ~20× XLA's on CPU, and the one sort
+  per row serves every N."""
+  import numpy as np
+
+  w = np.asarray(weights)
+  L = w.shape[-1]
+  neg = np.where(np.tri(L, dtype=bool), -w, np.inf)
+  neg.sort(axis=-1)
+  return -neg
+
+
 @functools.partial(jax.jit, static_argnames=("rule",))
-def layer_sums(weights, v, ns, M, *, rule: str = "strict"):
+def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None):
   """Sums for every head of one layer and every n: (H, K, F).
 
   Args:
@@ -588,10 +603,14 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict"):
 
   F = len(LAYER_FIELDS): sums over the kept queries (t > n) of N_s/N, clipped and raw lower
   bound, upper bound, r, delta, and the number of kept queries. Heads run one at a time
-  (``lax.map``) so memory is a few (L, L) arrays.
+  (``lax.map``) so memory is a few (L, L) arrays. ``sorted_rows`` (H, L, L): from
+  :func:`sort_rows_host` (else each row is sorted inside, by XLA).
   """
   ns = jnp.atleast_1d(jnp.asarray(ns, jnp.int32))
-  return jax.lax.map(lambda wv: _head_sums(wv[0], wv[1], ns, M, rule), (weights, v))
+  if sorted_rows is None:
+    return jax.lax.map(lambda wv: _head_sums(wv[0], wv[1], ns, M, rule), (weights, v))
+  return jax.lax.map(lambda a: _head_sums(a[0], a[1], ns, M, rule, a[2]),
+                     (weights, v, sorted_rows))
 
 
 # --------------------------------------------------------------------------------------------

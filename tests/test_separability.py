@@ -436,3 +436,26 @@ def test_figure3_verdicts_hold_and_fail():
   assert v3[2]["verdict"] == "holds"
   assert v[1]["measured"]["median_range_N_ge_knee"] == [0.80, 0.81]
   np.testing.assert_allclose(v[4]["measured"]["H=3"], 1 - (1 - np.mean([0.8, 0.8, 0.81])) ** 3)
+
+
+def test_host_sorted_rows_give_the_same_layer_sums():
+  """The host sort (NumPy) equals the in-graph sort_desc on causal rows (ties and masked keys
+  included), and layer_sums with it is bitwise the same computation (float64)."""
+  import jax
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(3)
+    H, L, d = 2, 24, 6
+    logits = np.where(np.tri(L, dtype=bool), rng.normal(size=(H, L, L)) * 2, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    w[0, 10, :5] = w[0, 10, 5]                                   # ties
+    v = rng.normal(size=(H, L, d))
+    host = sp.sort_rows_host(w)
+    dev = np.asarray(sp.sort_desc(jnp.asarray(w), jnp.tril(jnp.ones((L, L), bool))))
+    np.testing.assert_array_equal(host, dev)
+    ns = jnp.asarray([1, 2, 4, 8], jnp.int32)
+    a = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0)
+    b = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0,
+                                sorted_rows=jnp.asarray(host))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

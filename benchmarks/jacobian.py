@@ -11,6 +11,14 @@ Methods (one softmax row of length L at T = 1, logits ~ N(0, 2²)):
   matfree ‖J‖       power iteration on JᵀJ through jvp/vjp (``--iters`` steps), no L×L matrix
   closed ‖J‖ O(L)   top eigenvalue by the secular equation (bisection), no matrix, no autodiff
 
+Then the gradient step's all-rows norm, reference and ours alternating (benchmarks.common):
+``jacobians.softmax_closed_form_norm`` (bisection, one T per call) for the 26 temperatures of
+the paper grid against ``sensitivity.softmax_norms`` (Newton, all temperatures of a row in one
+pass, causal rows cut to their span), on ``--norm_rows`` causal rows at the largest L, float64;
+printed with their largest difference in T‖J‖ (absolute; both are ~1e-16 accurate in those
+units, while relative digits of nearly one-hot rows are lost by the bisection, see
+tests/test_sensitivity.py).
+
 Every function is jitted and warmed up first (compile time excluded); the time is the best of
 ``--repeats`` runs over a batch of rows, divided by the batch size. A method whose L×L output
 would exceed ``--max_matrix_mb`` per batch uses one row.
@@ -31,6 +39,8 @@ flags.DEFINE_integer("repeats", 3, "Timed repeats (best is kept).")
 flags.DEFINE_integer("max_matrix_mb", 256, "Largest batch of L×L matrices to materialise.")
 flags.DEFINE_boolean("x64", False, "Time in float64.")
 flags.DEFINE_integer("seed", 0, "Random seed for the logits.")
+flags.DEFINE_integer("norm_rows", 512, "Causal rows for the all-rows norm comparison.")
+flags.DEFINE_integer("pairs", 3, "Alternating (reference, ours) pairs for the norm comparison.")
 flags.register_validator("iters", lambda v: v >= 1, message="--iters must be >= 1")
 flags.register_validator("repeats", lambda v: v >= 1, message="--repeats must be >= 1")
 FLAGS = flags.FLAGS
@@ -118,6 +128,34 @@ def main(argv):
   for r in rows:
     print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r,
                                                                                          widths))))
+  all_rows_norms(max(lengths))
+
+
+def all_rows_norms(L: int) -> dict:
+  """Gradient step's exact norm of every (row, T): bisection per T vs Newton over all T."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from benchmarks import common
+  from limits import jacobians, sensitivity
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(FLAGS.seed)
+    R = FLAGS.norm_rows
+    l = rng.normal(size=(R, L)) * 3.0                      # raw q·k-like scale
+    mask = np.arange(L)[None, :] <= rng.integers(0, L, size=R)[:, None]   # causal rows
+    Ts = np.logspace(-3, 2, 26)
+    bis = jax.jit(jacobians.softmax_closed_form_norm)
+    ref = lambda: np.stack([np.asarray(bis(jnp.asarray(l), T, jnp.asarray(mask))) for T in Ts],
+                           axis=-1)
+    ours = lambda: sensitivity.softmax_norms(l, Ts, mask)
+    res = common.alternate(ref, ours, FLAGS.pairs)
+    a, b = ours(), ref()
+    res["max_abs_diff_T_norm"] = float(np.max(np.abs(a - b) * Ts))
+  print(common.line(f"all-rows norm, {R} causal rows x 26 T at L={L} (float64)", res)
+        + f"; max |diff| of T||J|| {res['max_abs_diff_T_norm']:.1e}")
+  return res
 
 
 def _fmt(seconds: float) -> str:

@@ -106,7 +106,7 @@ def test_make_grid_rejects_bad_cells(grid, match):
 def test_batches_group_static_values_in_grid_order():
   exp = sweep.get_experiment("toy")
   g = exp.make_grid(TOY_GRID)  # cells alternate n = 2, 3
-  b = sweep._batches(g, exp.static_names(), 4)
+  b = sweep.engine._batches(g, exp.static_names(), 4)
   assert [len(x) for x in b] == [4, 3, 4, 3]
   for chunk in b:
     assert len({g.cells[i]["n"] for i in chunk}) == 1 and chunk == sorted(chunk)
@@ -192,7 +192,8 @@ def test_separability_cells_match_monte_carlo(tmp_path):
   alpha = sweep.separability_alpha("softmax", run_key, L, 0.5)
   # The traced softmax weights equal separability.synthetic_alpha with a concrete T.
   ref_alpha = separability.synthetic_alpha(
-      "softmax", L, jax.random.fold_in(run_key, sweep._ALPHA_TAG), temperature=0.5)
+      "softmax", L, jax.random.fold_in(run_key, sweep.kinds.separability_sphere._ALPHA_TAG),
+      temperature=0.5)
   np.testing.assert_allclose(alpha, ref_alpha, rtol=1e-6)
   for r in recs:
     n = r["cell"]["n"]
@@ -445,7 +446,7 @@ def test_shard_path_naming():
 def test_maybe_initialize_distributed_reads_environment(monkeypatch):
   calls = []
   monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
-  monkeypatch.setattr(sweep, "_DISTRIBUTED_DONE", False)
+  monkeypatch.setattr(sweep.devices, "_DISTRIBUTED_DONE", False)
   assert sweep.maybe_initialize_distributed({}) is False and calls == []
   assert sweep.maybe_initialize_distributed({"LIMITS_DISTRIBUTED": "0"}) is False
   env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "2",
@@ -453,9 +454,9 @@ def test_maybe_initialize_distributed_reads_environment(monkeypatch):
   assert sweep.maybe_initialize_distributed(env) is True
   assert calls == [{"coordinator_address": "10.0.0.1:1234", "num_processes": 2,
                     "process_id": 1}]
-  monkeypatch.setattr(sweep, "_DISTRIBUTED_DONE", False)
+  monkeypatch.setattr(sweep.devices, "_DISTRIBUTED_DONE", False)
   assert sweep.maybe_initialize_distributed({"LIMITS_DISTRIBUTED": "1"}) is True
   assert calls[-1] == {}
-  monkeypatch.setattr(sweep, "_DISTRIBUTED_DONE", False)
+  monkeypatch.setattr(sweep.devices, "_DISTRIBUTED_DONE", False)
   with pytest.raises(LimitsError, match="JAX_PROCESS_ID"):
     sweep.maybe_initialize_distributed({"LIMITS_DISTRIBUTED": "1", "JAX_PROCESS_ID": "x"})

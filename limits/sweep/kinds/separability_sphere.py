@@ -1,0 +1,114 @@
+"""The ``separability_sphere`` sweep kind: Theorem 2 / Algorithm 4 on points on the sphere.
+
+AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
+"""
+
+from __future__ import annotations
+
+from limits.errors import check
+from limits.sweep.registry import Experiment, register
+
+# Tags folded into the run key for data shared by every cell of a run (common random numbers:
+# cells that differ only in T or n see the same weights / points).
+_ALPHA_TAG = 0x616C7068    # "alph"
+_POINTS_TAG = 0x706F696E   # "poin"
+
+
+def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0, dtype=None):
+  """Weights (length,) of the ``separability_sphere`` experiment, from
+  ``fold_in(run_key, _ALPHA_TAG)``: "softmax" = softmax(g / T) of standard Gaussian logits g
+  (as ``separability.synthetic_alpha``, but T may be traced), "zipf" and "uniform" via
+  ``separability.synthetic_alpha``."""
+  import jax
+  import jax.numpy as jnp
+
+  from limits import separability
+
+  dtype = dtype or jnp.result_type(float)
+  key = jax.random.fold_in(run_key, _ALPHA_TAG)
+  if kind == "softmax":
+    g = jax.random.normal(key, (length,), dtype)
+    return jax.nn.softmax(g / temperature)
+  if kind == "zipf":
+    a = jnp.arange(1, length + 1, dtype=dtype) ** (-jnp.asarray(zipf_s, dtype))
+    a = jax.random.permutation(key, a)
+    return a / jnp.sum(a)
+  return separability.synthetic_alpha(kind, length, dtype=dtype)
+
+
+def separability_points_key(run_key):
+  """Key of the point sets: sample i uses ``fold_in(this, i)`` as ``separability.monte_carlo``
+  does, so a cell's Monte Carlo equals ``monte_carlo(separability_points_key(key), ...)``."""
+  import jax
+
+  return jax.random.fold_in(run_key, _POINTS_TAG)
+
+
+def _separability_fn(static, params, keys, run_key):
+  """Theorem 2 on the sphere (Algorithm 4 with synthetic embeddings).
+
+  Per cell: weights alpha (length,) of ``alpha_kind`` (temperature / zipf_s), ``samples`` point
+  sets x (length, dim) uniform on S^{dim-1}(M) (``separability.sphere_points``), and for each:
+  r, delta (``min_pairwise_distance``), N_s/N and both Theorem 2 bounds with that sample's r
+  and delta (``separability.row_stats``, the same formulas as ``theorem2_bounds``). Results:
+  ``frac_mean``, ``frac_stderr`` (of N_s/N over samples) and the sample means of r, delta and
+  the bounds (``lower`` clipped at 0, ``lower_raw`` not). Alpha and points are shared by all
+  cells of a run (common random numbers); the per-cell key is not used.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from limits import separability as sep
+
+  L, dim, S = static["length"], static["dim"], static["samples"]
+  T, M, zs, ns = params["temperature"], params["M"], params["zipf_s"], params["n"]  # (b,)
+  b = T.shape[0]
+  pkey = separability_points_key(run_key)
+  itemsize = jnp.dtype(T.dtype).itemsize
+  chunk = int(max(1, min(S, (128 * 2**20) // max(1, b * itemsize * (2 * L * L + 3 * L * dim)))))
+
+  def one(t, m, z, n):
+    alpha = separability_alpha(static["alpha_kind"], run_key, L, t, z, T.dtype)[None]  # (1, L)
+    srt = sep.sort_desc(alpha)                     # (1, L) row_stats takes sorted weights
+    visible = jnp.ones(alpha.shape, bool)
+
+    def sample(i):
+      x = sep.sphere_points(jax.random.fold_in(pkey, i), L, dim, m, alpha.dtype)  # (L, dim)
+      delta = sep.min_pairwise_distance(x)
+      dl = jnp.where(jnp.isfinite(delta), delta, 0)
+      st = sep.row_stats(alpha, srt, visible, x, n, m, dl)
+      return jnp.stack([st.frac[0], st.r[0], delta, st.lower[0], st.lower_raw[0], st.upper[0]])
+
+    out = jax.lax.map(sample, jnp.arange(S, dtype=jnp.int32), batch_size=chunk)  # (S, 6)
+    mean = out.mean(axis=0)
+    f = out[:, 0]
+    stderr = (jnp.sqrt(jnp.sum((f - mean[0]) ** 2) / (S - 1) / S) if S > 1
+              else jnp.asarray(jnp.inf, f.dtype))
+    return {"frac_mean": mean[0], "frac_stderr": stderr, "r_mean": mean[1],
+            "delta_mean": mean[2], "lower_mean": mean[3], "lower_raw_mean": mean[4],
+            "upper_mean": mean[5]}
+
+  return jax.vmap(one)(T, M, zs, ns)
+
+
+def _separability_validate(cell):
+  kinds = ("softmax", "zipf", "uniform")
+  check(cell["alpha_kind"] in kinds, f"alpha_kind={cell['alpha_kind']!r}; choose from {kinds}")
+  check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
+  check(1 <= cell["n"] <= cell["length"], f"n={cell['n']} must be in [1, length={cell['length']}]")
+  check(1 <= cell["dim"] <= 4096, f"dim={cell['dim']} must be in [1, 4096]")
+  check(1 <= cell["samples"] <= 10**7, f"samples={cell['samples']} must be in [1, 1e7]")
+  check(cell["temperature"] > 0, f"temperature={cell['temperature']} must be > 0")
+  check(cell["M"] > 0, f"M={cell['M']} must be > 0")
+  check(cell["zipf_s"] >= 0, f"zipf_s={cell['zipf_s']} must be >= 0")
+
+
+register(Experiment(
+    name="separability_sphere", fn=_separability_fn,
+    defaults={"n": 8, "length": 128, "dim": 64, "samples": 200, "alpha_kind": "softmax",
+              "temperature": 1.0, "M": 1.0, "zipf_s": 1.0},
+    static=("length", "dim", "samples"),
+    # AMBIG-10: N in powers of two, M = 1.
+    default_grid={"n": [1, 2, 4, 8, 16, 32, 64], "temperature": [0.1, 1.0]},
+    validate=_separability_validate,
+    description="Monte Carlo N_s/N on the sphere and the Theorem 2 bounds"))

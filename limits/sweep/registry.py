@@ -1,0 +1,121 @@
+"""Experiment kinds and their registry: name -> :class:`Experiment` (defaults, cell function).
+
+Each kind lives in its own module under :mod:`limits.sweep.kinds` and calls :func:`register`
+when imported; the engine (:mod:`limits.sweep.engine`) only ever sees an :class:`Experiment`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+from limits.errors import check
+from limits.sweep.grid import Cell, Grid, cell_id
+
+CellFn = Callable[[Mapping[str, Any], Mapping[str, Any], Any, Any], Mapping[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """A batched cell function with its parameters.
+
+  Attributes:
+    name: registry name.
+    fn: ``fn(static, params, keys, run_key) -> {name: (b, ...) array}``; ``static`` holds the
+      Python values of the static parameters, ``params`` the numeric ones as ``(b,)`` arrays,
+      ``keys`` the per-cell PRNG keys ``(b,)``; it must treat cells independently.
+    defaults: every parameter with its default; the default's type (float, int, str, bool) is
+      the parameter's type. A grid may only name these parameters.
+    static: integer parameters that determine shapes (strings and booleans are always static).
+    default_grid: axes used when the user gives no grid.
+    validate: ``validate(cell)`` raises LimitsError for a bad value (one line).
+    description: one line for ``--help``.
+    inputs: optional ``inputs(static) -> pytree`` of host arrays (model weights, token windows)
+      that every cell with those static values shares; it is placed replicated on the mesh once
+      per static group and passed to ``fn`` as ``data=`` (an argument of the jitted step, never
+      a baked-in constant).
+  """
+
+  name: str
+  fn: CellFn
+  defaults: Mapping[str, Any]
+  default_grid: Mapping[str, Sequence[Any]]
+  static: tuple[str, ...] = ()
+  validate: Callable[[Mapping[str, Any]], None] | None = None
+  description: str = ""
+  inputs: Callable[[Mapping[str, Any]], Any] | None = None
+
+  def static_names(self) -> tuple[str, ...]:
+    names = [n for n, v in self.defaults.items()
+             if n in self.static or isinstance(v, (str, bool)) or v is None]
+    return tuple(names)
+
+  def coerce(self, cell: Mapping[str, Any], where: str = "cell") -> Cell:
+    """Fills defaults, checks names and types, returns the canonical full cell."""
+    unknown = sorted(set(cell) - set(self.defaults))
+    check(not unknown, f"{where}: unknown parameter(s) {unknown} for experiment {self.name!r}; "
+          f"allowed: {sorted(self.defaults)}")
+    out: Cell = {}
+    for name, default in self.defaults.items():
+      v = cell.get(name, default)
+      out[name] = _coerce(v, default, f"{where} {name}")
+    if self.validate is not None:
+      self.validate(out)
+    return out
+
+  def make_grid(self, grid: "Grid | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None"
+                ) -> Grid:
+    if grid is None:
+      grid = Grid.product(self.default_grid)
+    elif not isinstance(grid, Grid):
+      grid = Grid.from_json(grid)
+    cells = [self.coerce(c, f"cell {i}") for i, c in enumerate(grid.cells)]
+    ids = [cell_id(c) for c in cells]
+    seen: dict[str, int] = {}
+    for i, cid in enumerate(ids):
+      check(cid not in seen, f"cells {seen.get(cid)} and {i} are the same cell {cells[i]}")
+      seen[cid] = i
+    axes = None
+    if grid.axes is not None:
+      axes = {k: tuple(_coerce(v, self.defaults[k], k) for v in vals)
+              for k, vals in grid.axes.items()}
+    return Grid(cells=tuple(cells), axes=axes)
+
+
+def _coerce(v: Any, default: Any, where: str) -> Any:
+  if isinstance(default, bool):
+    check(isinstance(v, bool), f"{where}={v!r} must be true or false")
+    return v
+  if isinstance(default, int):
+    ok = (isinstance(v, int) and not isinstance(v, bool)) or (
+        isinstance(v, float) and v.is_integer())
+    check(ok, f"{where}={v!r} must be an integer")
+    return int(v)
+  if isinstance(default, float):
+    check(isinstance(v, (int, float)) and not isinstance(v, bool),
+          f"{where}={v!r} must be a number")
+    v = float(v)
+    check(math.isfinite(v), f"{where}={v!r} must be finite")
+    return v
+  if isinstance(default, str):
+    check(isinstance(v, str), f"{where}={v!r} must be a string")
+    return v
+  return v
+
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+
+def register(exp: Experiment) -> Experiment:
+  """Adds an experiment to :data:`EXPERIMENTS` (name -> Experiment)."""
+  EXPERIMENTS[exp.name] = exp
+  return exp
+
+
+def get_experiment(name: "str | Experiment") -> Experiment:
+  if isinstance(name, Experiment):
+    return name
+  check(name in EXPERIMENTS,
+        f"unknown experiment {name!r}; choose from {', '.join(sorted(EXPERIMENTS))}")
+  return EXPERIMENTS[name]

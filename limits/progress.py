@@ -1,7 +1,9 @@
-"""A dependency-free progress bar with rate and ETA, written to stderr.
+"""Progress bars with rate and ETA on stderr: a thin wrapper over ``tqdm``.
 
-Only redraws when stderr is a terminal (or ``force=True``); otherwise it logs a line every
-``log_every`` seconds so long CI or batch runs still show progress.
+On a terminal (or in a notebook) tqdm redraws its bar in place. Elsewhere (CI, a log file, a
+pipe) the bar's text is written as one plain line at the start, at most every ``log_every``
+seconds after that and once at the end, so long batch runs still show progress without filling
+the log with carriage returns.
 """
 
 from __future__ import annotations
@@ -9,18 +11,39 @@ from __future__ import annotations
 import sys
 import time
 
+from tqdm import tqdm
 
-def _fmt_seconds(s: float) -> str:
-  if s != s or s == float("inf"):
-    return "?"
-  s = int(round(s))
-  h, rem = divmod(s, 3600)
-  m, sec = divmod(rem, 60)
-  return f"{h:d}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+# Off a terminal: "desc 3/10 (30.0%) 1.52cells/s elapsed 00:02 ETA 00:04", one line each.
+LINE_FORMAT = ("{desc} {n_fmt}/{total_fmt} ({percentage:5.1f}%) {rate_fmt} elapsed {elapsed} "
+               "ETA {remaining}")
+
+
+class _Lines:
+  """The file tqdm writes to off a terminal: each redraw becomes one newline-ended line."""
+
+  def __init__(self, stream):
+    self.stream = stream
+
+  def write(self, text: str) -> None:
+    text = text.replace("\r", "").strip()
+    if text:
+      self.stream.write(text + "\n")
+
+  def flush(self) -> None:
+    self.stream.flush()
 
 
 class Progress:
-  """Usage: ``with Progress(total, "distance") as p: ... p.update(k)``."""
+  """Usage: ``with Progress(total, "distance") as p: ... p.update(k)``.
+
+  Args:
+    total: the number of units expected.
+    desc: the label in front of the bar.
+    unit: the name of a unit (``"cells"``, ``"layers"``).
+    log_every: seconds between lines when the stream is not a terminal.
+    stream: where to write (default stderr).
+    enabled: False counts (``done``) without writing anything.
+  """
 
   def __init__(self, total: int, desc: str = "", *, unit: str = "it", log_every: float = 10.0,
                stream=None, enabled: bool = True):
@@ -33,7 +56,13 @@ class Progress:
     self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
     self.log_every = log_every
     self.t0 = time.perf_counter()
-    self._last = 0.0
+    if self.tty:
+      self._bar = tqdm(total=self.total, desc=desc, unit=unit, file=self.stream,
+                       disable=not enabled, dynamic_ncols=True)
+    else:
+      self._bar = tqdm(total=self.total, desc=desc, unit=unit, file=_Lines(self.stream),
+                       disable=not enabled, mininterval=log_every, maxinterval=float("inf"),
+                       bar_format=LINE_FORMAT, ascii=True)
 
   def __enter__(self):
     return self
@@ -43,27 +72,13 @@ class Progress:
     return False
 
   def line(self) -> str:
-    elapsed = time.perf_counter() - self.t0
-    rate = self.done / elapsed if elapsed > 0 else 0.0
-    eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-    pct = 100.0 * self.done / self.total if self.total else 100.0
-    return (f"{self.desc} {self.done}/{self.total} ({pct:5.1f}%) "
-            f"{rate:.2f} {self.unit}/s elapsed {_fmt_seconds(elapsed)} ETA {_fmt_seconds(eta)}")
+    """The current state as one line (the format written off a terminal)."""
+    return tqdm.format_meter(self.done, self.total, time.perf_counter() - self.t0,
+                             prefix=self.desc, unit=self.unit, bar_format=LINE_FORMAT)
 
   def update(self, n: int = 1) -> None:
     self.done += n
-    if not self.enabled:
-      return
-    now = time.perf_counter()
-    if self.tty:
-      self.stream.write("\r" + self.line())
-      self.stream.flush()
-    elif now - self._last >= self.log_every or self.done >= self.total:
-      self._last = now
-      self.stream.write(self.line() + "\n")
-      self.stream.flush()
+    self._bar.update(n)
 
   def close(self) -> None:
-    if self.enabled and self.tty:
-      self.stream.write("\n")
-      self.stream.flush()
+    self._bar.close()

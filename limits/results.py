@@ -1,8 +1,9 @@
 """Run directories, environment metadata and atomic JSON/CSV writers.
 
 Every experiment writes ``DIR/results.json`` with the schema
-``{"experiment", "config", "env", "results"}`` (DESIGN.md), plus CSV and PNG files. All writes
-go to a temporary file in the same directory and are moved into place with ``os.replace``, so
+``{"experiment", "config", "env", "results"}``, plus CSV and PNG files. All writes
+go to a temporary file in the same directory and are moved into place with ``os.replace``
+(:func:`atomic_write_bytes`), so
 an interrupted run never leaves a half-written file behind; files are created with mode
 0644 (less the umask), like the CSV and PNG files. A failed write (disk full, read-only
 mount, permission) is a one-line :class:`~limits.errors.LimitsError` naming the file.
@@ -284,21 +285,22 @@ def _file_mode() -> int:
   return 0o644 & ~mask
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-  """Writes text to path via a temp file + fsync + os.replace (never half-written).
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+  """Writes bytes to path via a temp file + fsync + os.replace (never half-written).
 
-  The file gets mode 0644 (less the umask). Any OSError (disk full, read-only, permission) is
-  a one-line LimitsError naming the file; the temp file is removed and an existing file at
-  path is left untouched.
+  The one atomic writer of the project: every result, manifest, store repair and checkpoint
+  goes through it. The file gets mode 0644 (less the umask). Any OSError (disk full,
+  read-only, permission) is a one-line LimitsError naming the file; the temp file is removed
+  and an existing file at path is left untouched.
   """
   path = Path(path)
   tmp = None
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+    with os.fdopen(fd, "wb") as f:
       os.fchmod(f.fileno(), _file_mode())
-      f.write(text)
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -312,6 +314,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
       raise LimitsError(oserror_line(e, "write", path)) from None
     raise
   return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+  """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8 (newlines written as given)."""
+  return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -89,6 +89,20 @@ def check_writable(path: str | os.PathLike, what: str = "--out_dir") -> Path:
   return path
 
 
+def make_out_dir(path: str | os.PathLike, what: str = "--out_dir") -> Path:
+  """Creates the folder ``path`` (with its parents) and checks that it is writable, before any
+  computation: a path that is not a folder, or one that cannot be created or written, is a
+  one-line LimitsError naming ``what``."""
+  path = Path(path)
+  if path.exists() and not path.is_dir():
+    raise LimitsError(f"{what}={str(path)!r} exists and is not a folder")
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise LimitsError(f"cannot create {what}={str(path)!r}: {e.strerror}") from None
+  return check_writable(path, what)
+
+
 def lock_dir(path: str | os.PathLike, tag: str = "", what: str = "--out_dir") -> Path:
   """Takes an exclusive lock on ``path/.lock[.tag]`` for the rest of this process.
 
@@ -195,14 +209,7 @@ def prepare_out_dir(out_dir: str | os.PathLike | None, experiment: str, *,
     lock_tag: lock file suffix (a multi-host sweep locks per process index).
     check_identity: False when the caller checks identity itself (the sweep's manifest).
   """
-  path = Path(out_dir) if out_dir else default_out_dir(experiment)
-  if path.exists() and not path.is_dir():
-    raise LimitsError(f"--out_dir={str(path)!r} exists and is not a directory")
-  try:
-    path.mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    raise LimitsError(f"cannot create --out_dir={str(path)!r}: {e.strerror}") from None
-  check_writable(path)
+  path = make_out_dir(Path(out_dir) if out_dir else default_out_dir(experiment))
   lock_dir(path, lock_tag)
   if check_identity:
     from limits import cli

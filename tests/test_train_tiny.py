@@ -1,4 +1,5 @@
-"""Tests for experiments/train_tiny.py: loss, optimiser, data order, exact resume, the CLI.
+"""Tests for limits/training.py and its CLI experiments/train_tiny.py: loss, optimiser, data order,
+exact resume, the CLI.
 
 Everything runs on a tiny config (1-2 layers, width 32) and a synthetic or built-in text, so
 no test needs the corpus.
@@ -15,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import train_tiny as tt
 from limits import gpt2
+from limits import training as tt
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = gpt2.Config(n_layer=1, n_head=2, n_embd=32, n_positions=32, vocab_size=48)

@@ -243,7 +243,7 @@ def test_tiny_heldout_loss_matches_card_with_hf_transformers(reference_corpus):
   import torch
   import transformers
 
-  from experiments import train_tiny as tt
+  from limits import training as tt
 
   report = json.loads((sources.TINY_DIR / "training.json").read_text())
   card = (sources.TINY_DIR / "MODEL_CARD.md").read_text()

@@ -1,8 +1,8 @@
 """The paper's bounds: Lemma 1, Corollary 1, Lemma 2, Corollary 3 (paper form and tight form).
 
 - :func:`lemma1_constants` — Lemma 1: for a continuous positive F on [−a, a] and logits in
-  [−a, a], C1/L ≤ α_i ≤ C2/L with C2 = max F / min F and C1 = 1/C2 (PAPER.md §2, constants
-  RECON).
+  [−a, a], C1/L ≤ α_i ≤ C2/L with C2 = max F / min F and C1 = 1/C2 (constants
+  reconstructed from the proof; ``docs/claims.md``).
 - :func:`lemma1_check` — Lemma 1 checked on synthetic bounded logits over a grid of L.
 - :func:`corollary1_band` — Corollary 1 (softmax): e^{−2Δ/T}/L ≤ α_i ≤ e^{2Δ/T}/L with
   Δ = ‖q‖·max_i‖k_i‖ (AMBIG-2; the max makes it hold for every i).
@@ -19,6 +19,9 @@ equality for two tied top logits and everything else at zero weight (α = (½, �
 ‖J‖₂ = 1/(2T) > min{1/(4T), √2} for every T > 0. Only each *entry* of J is ≤ 1/(4T), and √2 (the
 diameter of the simplex) bounds finite differences ‖α(l + εv) − α(l)‖₂, i.e. g(T, ε) ≤ √2/ε,
 not the Jacobian. :func:`tied_top_two` builds the counterexample.
+
+AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``; the claims checked are
+listed in ``docs/claims.md``.
 """
 
 from __future__ import annotations

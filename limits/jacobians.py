@@ -18,6 +18,8 @@ over leading axes: ``logits (..., L)`` gives Jacobians ``(..., L, L)`` or norms 
   paper's g(T, ε) = ‖fn(l + εv) − fn(l)‖₂/ε with a random unit v over the visible positions
   (AMBIG-13); :func:`compare` — exact vs jacrev vs closed form vs finite differences with the
   per-dtype tolerances it used (in the manner of ``jax._src.public_test_util.check_grads``).
+
+AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Attention normalizers: the general normalizer of Eq. 3 and the alternatives of the paper's §5.
+"""Attention normalizers: the general normalizer of Eq. 3 and the alternatives the paper cites.
 
 Every function maps a logit row ``(..., L)`` to weights ``(..., L)``; leading axes batch.
 ``mask`` is boolean, ``True`` = visible (broadcast against ``logits``). Conventions:
@@ -199,7 +199,7 @@ def ssmax(logits, s=1.0, mask=None) -> Array:
 
 
 def sa_softmax(logits, temperature=1.0, mask=None) -> Array:
-  """Self-Adjusted softmax z ⊙ softmax(z), z = logits / T (the paper's §5.4).
+  """Self-Adjusted softmax z ⊙ softmax(z), z = logits / T (Zheng et al. 2025, cited by the paper).
 
   Not a probability vector: entries may be negative and need not sum to 1, so bounds that rely
   on the simplex (√2 for finite differences) do not apply to it.

@@ -9,6 +9,8 @@
 - :func:`model_logit_rows` returns the raw q·k attention logits of every layer, head and query
   with the causal mask (AMBIG-12: the model's own temperature on this scale is √d_head, 8 for
   GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources.
+
+AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 """
 
 from __future__ import annotations

@@ -16,12 +16,15 @@ per token and layer 24·D² (qkv, proj, MLP) + 4·L·D (q·kᵀ and α·V); the 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 from absl import app, flags
+
+from benchmarks.common import timed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("length", 1024, "Sequence length L.")
@@ -52,13 +55,13 @@ def forward_flops(config, batch: int, length: int, lm_head: bool) -> float:
 
 
 def _time(fn, repeats: int) -> float:
+  """Mean seconds of a blocking ``fn()`` over ``repeats`` calls (``common.timed``), after one
+  compile/warm-up call."""
   import jax
 
-  jax.block_until_ready(fn())  # compile + warm up
-  t0 = time.perf_counter()
-  for _ in range(repeats):
-    jax.block_until_ready(fn())
-  return (time.perf_counter() - t0) / repeats
+  run = lambda: jax.block_until_ready(fn())  # noqa: E731
+  run()  # compile + warm up
+  return statistics.mean(timed(run) for _ in range(repeats))
 
 
 def matmul_peak(dtype, n: int = 4096, repeats: int = 5) -> float:

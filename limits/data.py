@@ -8,34 +8,32 @@ Where the corpus comes from, in order (:func:`resolve_corpus`):
 
 1. an explicit text file (``--text``): any UTF-8 text, used as is;
 2. a data directory (``--data_dir``, else ``$LIMITS_DATA_DIR``) holding ``war_and_peace.txt``;
-3. only when downloading is allowed (``allow_download=True`` or ``LIMITS_ALLOW_DOWNLOAD=1``):
-   the user cache ``$LIMITS_CACHE_DIR`` (default ``~/.cache/limits``), else a download from
-   Project Gutenberg. The Gutenberg header and licence are stripped, the body is checked (size,
-   a known sentence, and the reference sha256 when one is required) and cached atomically
-   (temp file + ``os.replace``), so an interrupted download leaves nothing behind. Gutenberg
-   revises its files, so a downloaded body need not be the reference one
-   (:attr:`Corpus.matches_reference` says);
-4. otherwise the embedded corpus (the default): the reference body shipped with the package,
-   xz-compressed in ``limits/assets/corpus/war_and_peace.txt.xz`` (0.9 MB). Its sha256 is
-   checked against :data:`REFERENCE_SHA256` on first read (then kept in memory); a damaged copy
-   is a one-line :class:`~limits.errors.LimitsError` naming the file.
+   a folder the user named must hold it (an error otherwise, never a fall-back);
+3. the user cache ``$LIMITS_CACHE_DIR/war_and_peace.txt`` (default ``~/.cache/limits``);
+4. a download of Project Gutenberg #2600 (``$LIMITS_CORPUS_URL``, default
+   :data:`GUTENBERG_URL`) into that cache, announced by one line on stderr; on by default,
+   ``LIMITS_ALLOW_DOWNLOAD=0`` (or ``allow_download=False``) turns it off. The Gutenberg header
+   and licence are stripped (:func:`strip_gutenberg`), the body is checked (size and a known
+   sentence) and cached atomically (temp file + ``os.replace``), so an interrupted download
+   leaves nothing behind. Gutenberg revises its files, so a downloaded body need not be the
+   project's reference body: its own sha256 is recorded (:meth:`Corpus.info`) and
+   :attr:`Corpus.matches_reference` says whether it is the reference (a notice on stderr when
+   it is not).
 
-Environment variables: ``LIMITS_DATA_DIR`` (a folder holding ``war_and_peace.txt``),
-``LIMITS_ALLOW_DOWNLOAD=1`` (use the cache / download from Gutenberg instead of the embedded
-copy), ``LIMITS_CACHE_DIR`` (where downloads are cached) and ``LIMITS_EMBEDDED_CORPUS=0``
-(ignore the embedded copy, e.g. to test what happens without any corpus). If nothing is found,
-one :class:`~limits.errors.LimitsError` names every place looked and the fix.
+The corpus is never shipped with the project. If none is found, one
+:class:`~limits.errors.LimitsError` line says what was looked for, why the download failed (or
+that it is off) and the three ways to provide it (``--data_dir``, ``LIMITS_DATA_DIR``,
+``--text``).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import http.client
-import lzma
 import os
 import re
 import socket
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -62,9 +60,7 @@ MAX_BYTES = 4_000_000
 ENV_DATA_DIR = "LIMITS_DATA_DIR"
 ENV_CACHE_DIR = "LIMITS_CACHE_DIR"
 ENV_ALLOW_DOWNLOAD = "LIMITS_ALLOW_DOWNLOAD"
-ENV_EMBEDDED = "LIMITS_EMBEDDED_CORPUS"
-# The reference body, shipped xz-compressed with the package (see its README.md).
-EMBEDDED_PATH = Path(__file__).resolve().parent / "assets" / "corpus" / (FILENAME + ".xz")
+ENV_CORPUS_URL = "LIMITS_CORPUS_URL"
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ class Corpus:
   """A resolved corpus: its text, where it came from and its checksum."""
   text: str
   path: Path
-  source: str  # "text" | "data_dir" | "cache" | "download" | "embedded"
+  source: str  # "text" | "data_dir" | "cache" | "download"
   sha256: str
 
   @property
@@ -99,7 +95,7 @@ def sha256_bytes(data: bytes) -> str:
 def _download_allowed(allow_download: bool | None) -> bool:
   if allow_download is not None:
     return bool(allow_download)
-  return os.environ.get(ENV_ALLOW_DOWNLOAD, "").strip().lower() in ("1", "true", "yes")
+  return os.environ.get(ENV_ALLOW_DOWNLOAD, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _read_text_file(path: Path, source: str) -> Corpus:
@@ -115,38 +111,9 @@ def _read_text_file(path: Path, source: str) -> Corpus:
   return Corpus(text=text, path=path, source=source, sha256=sha256_bytes(data))
 
 
-def _embedded_enabled() -> bool:
-  return os.environ.get(ENV_EMBEDDED, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-@functools.lru_cache(maxsize=2)
-def _embedded_text(path: Path) -> tuple[str, str]:
-  """(text, sha256) of the embedded corpus at path; decompressed and verified once."""
-  try:
-    data = lzma.decompress(path.read_bytes())
-  except OSError as e:
-    raise LimitsError(f"cannot read the embedded corpus {str(path)!r}: {e.strerror or e}; "
-                      f"reinstall the package or set {ENV_DATA_DIR}") from None
-  except lzma.LZMAError as e:
-    raise LimitsError(f"the embedded corpus {str(path)!r} is damaged ({e}); reinstall the "
-                      f"package or set {ENV_DATA_DIR}") from None
-  digest = sha256_bytes(data)
-  check(digest == REFERENCE_SHA256,
-        f"the embedded corpus {str(path)!r} decompresses to sha256 {digest[:16]}..., not the "
-        f"reference {REFERENCE_SHA256[:16]}...; reinstall the package or set {ENV_DATA_DIR}")
-  return data.decode("utf-8"), digest
-
-
-def embedded_corpus(path: str | os.PathLike | None = None) -> Corpus:
-  """The reference body shipped with the package (verified against :data:`REFERENCE_SHA256`)."""
-  p = Path(path) if path is not None else EMBEDDED_PATH
-  text, digest = _embedded_text(p)
-  return Corpus(text=text, path=p, source="embedded", sha256=digest)
-
-
 def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None = None,
                    data_dir: str | os.PathLike | None = None,
-                   allow_download: bool | None = None, url: str = GUTENBERG_URL,
+                   allow_download: bool | None = None, url: str | None = None,
                    timeout: float = 60.0) -> Corpus:
   """Finds the corpus (see the module docstring for the order) and returns it.
 
@@ -154,9 +121,10 @@ def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None 
     name: ``"war_and_peace"`` (the only named corpus) or a path to a text file.
     text: explicit text file; overrides everything else.
     data_dir: directory holding ``war_and_peace.txt``; overrides ``$LIMITS_DATA_DIR``.
-    allow_download: use the cache, else download from ``url``, instead of the embedded copy
-      (default: the environment variable ``LIMITS_ALLOW_DOWNLOAD=1``; off by default).
-    url: the Gutenberg plain-text URL (tests point it at a local server).
+    allow_download: download into the cache when the corpus is not found locally (default:
+      on unless ``LIMITS_ALLOW_DOWNLOAD=0``).
+    url: the Gutenberg plain-text URL (default ``$LIMITS_CORPUS_URL``, else
+      :data:`GUTENBERG_URL`; tests point it at a local server).
     timeout: network timeout in seconds.
   """
   if text is None and name != WAR_AND_PEACE:
@@ -166,34 +134,37 @@ def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None 
     check(path.is_file(), f"--text={str(text)!r} is not a readable file; give a UTF-8 text file")
     return _read_text_file(path, "text")
 
-  looked = []
-  dirs = []
-  if data_dir is not None:
-    dirs.append((Path(data_dir).expanduser(), "--data_dir"))
-  elif os.environ.get(ENV_DATA_DIR):
-    dirs.append((Path(os.environ[ENV_DATA_DIR]).expanduser(), f"${ENV_DATA_DIR}"))
-  else:
-    looked.append(f"${ENV_DATA_DIR} (unset)")
-  for d, label in dirs:  # a folder the user named must hold the corpus: never fall back
-    path = d / FILENAME
+  if data_dir is not None or os.environ.get(ENV_DATA_DIR):
+    # A folder the user named must hold the corpus: never fall back to the cache or a download.
+    d, label = ((Path(data_dir), "--data_dir") if data_dir is not None
+                else (Path(os.environ[ENV_DATA_DIR]), ENV_DATA_DIR))
+    path = d.expanduser() / FILENAME
     check(path.is_file(), f"{label}={str(d)!r} holds no {FILENAME}; point it at the folder "
-          f"holding {FILENAME}, or unset it to use the embedded corpus")
+          f"holding {FILENAME}, or unset it to use the cache / a download")
     return _read_text_file(path, "data_dir")
 
-  if _download_allowed(allow_download):
-    cached = cache_dir() / FILENAME
-    if cached.is_file():
-      return _read_text_file(cached, "cache")
+  cached = cache_dir() / FILENAME
+  if cached.is_file():
+    return _read_text_file(cached, "cache")
+  url = url or os.environ.get(ENV_CORPUS_URL) or GUTENBERG_URL
+  looked = f"corpus {name!r} not found: no --data_dir or {ENV_DATA_DIR}, no {str(cached)!r}"
+  fix = (f"provide it with --data_dir=FOLDER or {ENV_DATA_DIR}=FOLDER (a folder holding "
+         f"{FILENAME}) or --text=FILE")
+  if not _download_allowed(allow_download):
+    raise LimitsError(f"{looked}, and downloads are off ({ENV_ALLOW_DOWNLOAD}=0); {fix}")
+  print(f"limits: downloading War and Peace (Project Gutenberg #2600) from {url} into "
+        f"{cached} ({ENV_ALLOW_DOWNLOAD}=0 turns this off)", file=sys.stderr, flush=True)
+  try:
     path = download_corpus(url=url, dest=cached, timeout=timeout)
-    return _read_text_file(path, "download")
-  looked.append(f"download (off; {ENV_ALLOW_DOWNLOAD}=1 fetches {url})")
-
-  if _embedded_enabled():
-    return embedded_corpus()
-  looked.append(f"embedded copy (off: {ENV_EMBEDDED}=0)")
-  raise LimitsError(
-      f"corpus {name!r} not found; looked in: {'; '.join(looked)}. Fix: set {ENV_DATA_DIR} to "
-      f"the folder holding {FILENAME} (or pass --data_dir / --text)")
+  except LimitsError as e:
+    reason = " ".join(str(e).split())  # one line whatever the cause said
+    raise LimitsError(f"{looked}, and downloading it failed: {reason}; {fix}") from None
+  corpus = _read_text_file(path, "download")
+  if not corpus.matches_reference:
+    print(f"limits: the downloaded body has sha256 {corpus.sha256}, not the project's reference "
+          f"{REFERENCE_SHA256} (Gutenberg may have revised its file); results record it",
+          file=sys.stderr, flush=True)
+  return corpus
 
 
 def load_text(name: str = WAR_AND_PEACE, **kwargs) -> str:
@@ -262,8 +233,7 @@ def fetch(url: str, timeout: float = 60.0) -> bytes:
                       f"{e.expected} missing") from None
   except (urllib.error.URLError, socket.timeout, OSError, http.client.HTTPException) as e:
     reason = getattr(e, "reason", e)
-    raise LimitsError(f"download of {url} failed ({reason}); offline? Set {ENV_DATA_DIR} to a "
-                      f"folder holding {FILENAME}") from None
+    raise LimitsError(f"download of {url} failed ({reason})") from None
   if expected is not None and expected.isdigit() and len(data) != int(expected):
     raise LimitsError(f"download of {url} truncated: got {len(data)} of {expected} bytes")
   return data

@@ -1,13 +1,17 @@
 """Shared test set-up. Tests default to float32; those that verify a bound use
 ``with jax.enable_x64(True):`` (JAX 0.10's context manager) and say their tolerance.
 
-Tests that need the real *War and Peace* take the ``reference_corpus`` fixture: the file under
-``LIMITS_DATA_DIR`` when that is set (it must then hold the corpus: the test fails, never
-skips), else the corpus embedded in the package (``limits/assets/corpus``), so they run with no
-set-up at all.
+The corpus is not part of the project and the default run does not need it: tests that only
+need some text use a generated or built-in one (``--text`` / ``text=``). Tests that need the
+real *War and Peace* are marked ``corpus`` (out of the default run) and take the
+``reference_corpus`` fixture; run them with ``LIMITS_DATA_DIR=/path/to/data python -m pytest
+-m corpus``. Asked for without the corpus they fail, naming what is missing: they never skip.
+No test reaches the internet: corpus downloads are off and the corpus cache is an empty folder
+in every test (``_corpus_offline``), and so are hub downloads (``_hub_offline``).
 """
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,19 +19,39 @@ import pytest
 from limits import data
 
 
-@pytest.fixture(scope="session")
-def reference_corpus(tmp_path_factory) -> Path:
-  """Path of a plain-text war_and_peace.txt: LIMITS_DATA_DIR's, else the embedded copy's."""
+@pytest.fixture
+def reference_corpus() -> Path:
+  """Path of war_and_peace.txt under LIMITS_DATA_DIR; fails the test if it is not there."""
   root = os.environ.get(data.ENV_DATA_DIR)
-  if root:
-    path = Path(root) / data.FILENAME
-    if not path.is_file():
-      pytest.fail(f"{path} does not exist: {data.ENV_DATA_DIR} must hold {data.FILENAME} "
-                  f"(or unset it to use the embedded corpus)", pytrace=False)
-    return path
-  path = tmp_path_factory.mktemp("embedded_corpus") / data.FILENAME
-  path.write_text(data.embedded_corpus().text, encoding="utf-8", newline="")
+  if not root:
+    pytest.fail(f"{data.ENV_DATA_DIR} is unset: corpus tests need the folder holding "
+                f"{data.FILENAME} (run `{data.ENV_DATA_DIR}=/path/to/data python -m pytest -m corpus`)",
+                pytrace=False)
+  path = Path(root) / data.FILENAME
+  if not path.is_file():
+    pytest.fail(f"{path} does not exist: {data.ENV_DATA_DIR} must hold {data.FILENAME}",
+                pytrace=False)
   return path
+
+
+@pytest.fixture(scope="session")
+def _empty_corpus_cache(tmp_path_factory) -> Path:
+  return tmp_path_factory.mktemp("empty_corpus_cache")
+
+
+@pytest.fixture(autouse=True)
+def _corpus_offline(monkeypatch, _empty_corpus_cache):
+  """No test downloads the corpus (LIMITS_ALLOW_DOWNLOAD=0) or finds one in the user's cache
+  (LIMITS_CACHE_DIR is an empty folder); subprocesses inherit both. The download tests serve a
+  fake Gutenberg on 127.0.0.1 and lift this themselves (tests/test_data.py)."""
+  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")
+  monkeypatch.setenv(data.ENV_CACHE_DIR, str(_empty_corpus_cache))
+  monkeypatch.delenv(data.ENV_CORPUS_URL, raising=False)
+  yield
+  left = sorted(_empty_corpus_cache.iterdir())
+  for p in left:  # empty again for the next test, then fail this one
+    shutil.rmtree(p) if p.is_dir() else p.unlink()
+  assert not left, f"the test wrote {[p.name for p in left]} into the shared empty corpus cache"
 
 
 @pytest.fixture(autouse=True)

@@ -2,14 +2,14 @@
 
 The download path runs against a local HTTP server on 127.0.0.1 (http.server in a thread)
 serving a Gutenberg-shaped file that the test builds itself, so the expected body is known
-independently of the code under test. No test touches the network. The embedded corpus is
-checked against the reference checksum written out here (from the shared data README), not
-against the constant in limits.data.
+independently of the code under test. No test touches the network or, in the default run, the
+real corpus; the ones marked ``corpus`` (`python -m pytest -m corpus` with LIMITS_DATA_DIR set)
+check that stripping and the download path give back the reference body, against the checksum
+written out here from the shared data README, not the constant in limits.data.
 """
 
 import hashlib
 import http.server
-import lzma
 import os
 import threading
 from pathlib import Path
@@ -101,12 +101,13 @@ def server():
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-  """Isolated environment: empty cache dir, no data dir, downloads off, embedded copy off."""
+  """Isolated environment: its own empty cache dir, no data dir, downloads at their default (on)
+  from a dead local URL unless the test names its server (so none reaches Gutenberg)."""
   cache = tmp_path / "cache"
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(cache))
   monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
   monkeypatch.delenv(data.ENV_ALLOW_DOWNLOAD, raising=False)
-  monkeypatch.setenv(data.ENV_EMBEDDED, "0")
+  monkeypatch.setenv(data.ENV_CORPUS_URL, "http://127.0.0.1:9/no-test-reaches-the-internet")
   return cache
 
 
@@ -155,44 +156,79 @@ def test_verify_body_checks_size_sentence_and_sha():
     data.verify_body("x" * 500, min_bytes=100)
 
 
+# From the shared data README (sha256 and size of the prepared body), written out here so the
+# corpus checks do not rely on the constants of limits.data.
+REFERENCE = ("b36c8fc4d970c156361e878ca81d8552de8e763c45d0f6a897482860643c6286", 3_267_485)
+
+
+@pytest.mark.corpus
 def test_strip_of_wrapped_reference_reproduces_reference_sha(reference_corpus):
-  body = reference_corpus.read_text(encoding="utf-8")
-  out = data.strip_gutenberg(gutenberg_file(body).decode("utf-8"))
-  assert data.verify_body(out) == data.REFERENCE_SHA256
+  raw = reference_corpus.read_bytes()
+  assert (hashlib.sha256(raw).hexdigest(), len(raw)) == REFERENCE
+  out = data.strip_gutenberg(gutenberg_file(raw.decode("utf-8")).decode("utf-8"))
+  assert data.verify_body(out) == REFERENCE[0]
 
 
 # ---------------------------------------------------------------------------------------------
 # Download against a local server.
 
-def test_download_strips_verifies_and_caches(server, env):
-  corpus = data.resolve_corpus(allow_download=True, url=server.url + "/pg2600.txt")
+def test_download_strips_verifies_and_caches(server, env, capsys):
+  corpus = data.resolve_corpus(url=server.url + "/pg2600.txt")  # downloads are on by default
   assert corpus.source == "download"
   assert corpus.text == BIG_BODY
   assert (env / data.FILENAME).read_text(encoding="utf-8") == BIG_BODY
   assert corpus.sha256 == hashlib.sha256(BIG_BODY.encode("utf-8")).hexdigest()
   assert not corpus.matches_reference  # a synthetic body is not the reference text
+  assert corpus.info()["sha256"] == corpus.sha256 and not corpus.info()["matches_reference"]
   assert _files(env) == [data.FILENAME]  # no temp file left behind
+  # One line saying it downloads and where it stores it, one saying the body is not the
+  # reference one (with its sha256).
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 2, err
+  assert "downloading" in err[0] and server.url in err[0] and str(env / data.FILENAME) in err[0]
+  assert corpus.sha256 in err[1] and "reference" in err[1]
   # Second call is served from the cache: no new request, even with the server gone.
   n = server.requests
   server.close()
-  again = data.resolve_corpus(allow_download=True, url=server.url + "/pg2600.txt")
+  again = data.resolve_corpus(url=server.url + "/pg2600.txt")
   assert again.source == "cache" and again.text == BIG_BODY and server.requests == n
+  assert capsys.readouterr().err == ""
 
 
-def test_download_is_off_by_default(server, env):
-  with pytest.raises(LimitsError) as e:
-    data.resolve_corpus(url=server.url + "/pg2600.txt")
-  msg = _one_line(e)
-  assert server.requests == 0
-  # Names each place looked and the fix.
-  assert "LIMITS_DATA_DIR" in msg and "LIMITS_ALLOW_DOWNLOAD" in msg
-  assert data.ENV_EMBEDDED in msg
-
-
-def test_download_allowed_by_environment(server, env, monkeypatch):
-  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "1")
-  assert data.resolve_corpus(url=server.url + "/pg2600.txt").text == BIG_BODY
+def test_download_url_from_environment(server, env, monkeypatch):
+  monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
+  assert data.resolve_corpus().text == BIG_BODY
   assert server.requests == 1
+
+
+@pytest.mark.parametrize("how", ["env", "argument"])
+def test_download_off_is_one_line_with_the_three_ways(server, env, monkeypatch, how):
+  monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
+  if how == "env":
+    monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")
+  with pytest.raises(LimitsError) as e:
+    data.resolve_corpus(allow_download=False if how == "argument" else None)
+  msg = _one_line(e)
+  assert server.requests == 0 and _files(env) == []
+  assert str(env / data.FILENAME) in msg and "downloads are off" in msg  # what was looked for
+  for way in ("--data_dir=FOLDER", "LIMITS_DATA_DIR=FOLDER", "--text=FILE"):
+    assert way in msg
+
+
+@pytest.mark.corpus
+def test_download_of_the_reference_gives_the_reference_body(reference_corpus, env, capsys):
+  # The reference body wrapped as Gutenberg serves it, downloaded and stripped: byte-identical.
+  raw = reference_corpus.read_bytes()
+  page = gutenberg_file(raw.decode("utf-8"))
+  srv = _Server({"/pg2600.txt": (page, len(page))})
+  try:
+    corpus = data.resolve_corpus(url=srv.url + "/pg2600.txt")
+  finally:
+    srv.close()
+  assert corpus.source == "download" and corpus.matches_reference
+  assert (env / data.FILENAME).read_bytes() == raw
+  assert corpus.sha256 == REFERENCE[0]
+  assert len(capsys.readouterr().err.splitlines()) == 1  # no "not the reference" notice
 
 
 @pytest.mark.parametrize("path, pattern", [
@@ -217,8 +253,9 @@ def test_download_wrong_checksum_leaves_cache_empty(server, env):
 
 def test_download_too_small_for_the_novel_is_refused(server, env):
   # Default size check (3..4 MB) refuses a plausible but far too short body.
-  with pytest.raises(LimitsError, match="bytes; expected"):
-    data.resolve_corpus(allow_download=True, url=server.url + "/small.txt")
+  with pytest.raises(LimitsError, match="bytes; expected") as e:
+    data.resolve_corpus(url=server.url + "/small.txt")
+  _one_line(e)
   assert _files(env) == []
 
 
@@ -233,17 +270,23 @@ def test_download_interrupted_write_leaves_nothing(server, env, monkeypatch):
   assert _files(env) == []
 
 
-def test_offline_error_is_one_line(env):
-  # Port 9 on 127.0.0.1 (discard) is closed here: connection refused, like being offline.
+def test_server_down_error_is_one_line(server, env):
+  url = server.url + "/pg2600.txt"
+  server.close()  # nothing listens on its port now: connection refused, like being offline
   with pytest.raises(LimitsError) as e:
-    data.resolve_corpus(allow_download=True, url="http://127.0.0.1:9/pg2600.txt", timeout=5)
-  assert "failed" in _one_line(e) and "LIMITS_DATA_DIR" in str(e.value)
+    data.resolve_corpus(url=url, timeout=5)
+  msg = _one_line(e)
+  assert str(env / data.FILENAME) in msg  # what was looked for
+  assert "failed" in msg and url in msg and "refused" in msg.lower()  # that and why
+  for way in ("--data_dir=FOLDER", "LIMITS_DATA_DIR=FOLDER", "--text=FILE"):
+    assert way in msg
+  assert _files(env) == []
 
 
 # ---------------------------------------------------------------------------------------------
 # Resolution order.
 
-def test_resolution_order(tmp_path, env, monkeypatch):
+def test_resolution_order(tmp_path, env, monkeypatch, server):
   texts = {}
   for name in ("explicit", "flag_dir", "env_dir"):
     d = tmp_path / name
@@ -252,7 +295,7 @@ def test_resolution_order(tmp_path, env, monkeypatch):
     (d / (data.FILENAME if name != "explicit" else "book.txt")).write_text(texts[name])
   env.mkdir(parents=True)
   (env / data.FILENAME).write_text("cached corpus\n")
-  monkeypatch.setenv(data.ENV_EMBEDDED, "1")
+  monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
   monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "env_dir"))
   assert data.load_text(text=tmp_path / "explicit" / "book.txt") == texts["explicit"]
   assert data.load_text(tmp_path / "explicit" / "book.txt") == texts["explicit"]
@@ -260,60 +303,28 @@ def test_resolution_order(tmp_path, env, monkeypatch):
   assert data.resolve_corpus().source == "data_dir"
   assert data.load_text() == texts["env_dir"]
   monkeypatch.delenv(data.ENV_DATA_DIR)
-  # Without a data dir: the embedded reference body; the cache only when downloads are on.
-  assert data.resolve_corpus().source == "embedded"
-  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "1")
+  # Without a data dir: the cache (downloads on or off), never the network while it is there.
   assert data.resolve_corpus().source == "cache"
-  assert data.load_text() == "cached corpus\n"
+  assert data.load_text(allow_download=False) == "cached corpus\n"
+  assert server.requests == 0
+  # Without the cache: the download.
+  (env / data.FILENAME).unlink()
+  assert data.resolve_corpus().source == "download" and server.requests == 1
 
 
-# ---------------------------------------------------------------------------------------------
-# The embedded corpus.
-
-# From the shared data README (size and sha256 of the prepared body), written out here so the
-# check does not rely on the constants of limits.data.
-REFERENCE = ("b36c8fc4d970c156361e878ca81d8552de8e763c45d0f6a897482860643c6286", 3_267_485)
-
-
-def test_embedded_corpus_is_the_reference_body(monkeypatch):
-  monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
-  monkeypatch.delenv(data.ENV_ALLOW_DOWNLOAD, raising=False)
-  monkeypatch.delenv(data.ENV_EMBEDDED, raising=False)
-  corpus = data.resolve_corpus()
-  raw = lzma.decompress(data.EMBEDDED_PATH.read_bytes())  # the shipped bytes, decoded here
-  assert (hashlib.sha256(raw).hexdigest(), len(raw)) == REFERENCE
-  assert corpus.source == "embedded" and corpus.text.encode("utf-8") == raw
-  assert corpus.sha256 == REFERENCE[0] and corpus.matches_reference
-  assert corpus.text.startswith("CHAPTER I\n") and data.KNOWN_SENTENCE in corpus.text
-  shared = Path(__file__).resolve().parents[2] / "shared" / "data" / data.FILENAME
-  if shared.is_file():  # the same bytes as the shared reference copy, where there is one
-    assert shared.read_bytes() == raw
-
-
-def test_embedded_corpus_damaged_or_wrong_is_one_line(tmp_path):
-  good = data.EMBEDDED_PATH.read_bytes()
-  flipped = tmp_path / "flipped.xz"
-  flipped.write_bytes(good[:5000] + bytes([good[5000] ^ 0xFF]) + good[5001:])
-  truncated = tmp_path / "truncated.xz"
-  truncated.write_bytes(good[:len(good) // 2])
-  other = tmp_path / "other.xz"
-  other.write_bytes(lzma.compress(b"Some other book.\n"))
-  for path, needle in ((flipped, "damaged"), (truncated, "damaged"), (other, "not the reference"),
-                       (tmp_path / "missing.xz", "cannot read")):
-    with pytest.raises(LimitsError, match=needle) as e:
-      data.embedded_corpus(path)
-    assert str(path) in _one_line(e)
-
-
-def test_named_data_dir_without_corpus_never_falls_back(tmp_path, monkeypatch):
-  # A folder the user named must hold the corpus: no silent switch to the embedded copy.
-  monkeypatch.delenv(data.ENV_EMBEDDED, raising=False)
+def test_named_data_dir_without_corpus_never_falls_back(tmp_path, env, monkeypatch, server):
+  # A folder the user named must hold the corpus: no silent switch to the cache or a download.
+  env.mkdir(parents=True)
+  (env / data.FILENAME).write_text("cached corpus\n")
+  monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
   with pytest.raises(LimitsError) as e:
-    data.resolve_corpus(data_dir=tmp_path)
-  assert str(tmp_path) in _one_line(e) and data.FILENAME in str(e.value)
+    data.resolve_corpus(data_dir=tmp_path / "empty")
+  assert str(tmp_path / "empty") in _one_line(e) and data.FILENAME in str(e.value)
   monkeypatch.setenv(data.ENV_DATA_DIR, str(tmp_path / "nowhere"))
-  with pytest.raises(LimitsError, match="LIMITS_DATA_DIR"):
+  with pytest.raises(LimitsError, match="LIMITS_DATA_DIR") as e:
     data.resolve_corpus()
+  assert str(tmp_path / "nowhere") in _one_line(e)
+  assert server.requests == 0
 
 
 def test_crlf_and_bom_are_normalized(tmp_path):
@@ -330,12 +341,6 @@ def test_missing_explicit_text_and_bad_encoding(tmp_path, env):
   bad.write_bytes("caf\xe9\n".encode("latin-1"))
   with pytest.raises(LimitsError, match="not UTF-8"):
     data.resolve_corpus(text=bad)
-
-
-def test_missing_data_dir_is_named(tmp_path, env):
-  with pytest.raises(LimitsError) as e:
-    data.resolve_corpus(data_dir=tmp_path / "empty")
-  assert str(tmp_path / "empty") in _one_line(e)
 
 
 # ---------------------------------------------------------------------------------------------

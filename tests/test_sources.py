@@ -62,9 +62,8 @@ def text_file(tmp_path_factory):
 @pytest.fixture
 def no_corpus(tmp_path, monkeypatch):
   monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
-  monkeypatch.delenv(data.ENV_ALLOW_DOWNLOAD, raising=False)
+  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")  # no download: no corpus anywhere
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(tmp_path / "empty_cache"))
-  monkeypatch.setenv(data.ENV_EMBEDDED, "0")  # the shipped copy off: no corpus anywhere
 
 
 def _one_line(err) -> str:

@@ -2,6 +2,8 @@
 
 import csv
 import json
+import os
+import socket
 
 import jax
 import jax.numpy as jnp
@@ -91,3 +93,37 @@ def test_empty_corpus_and_unknown_model(model_dir, tmp_path):
   p = run([f"--model={tmp_path / 'nope'}", f"--out_dir={tmp_path / 'e'}"])
   assert p.returncode != 0 and "Traceback" not in p.stderr
   assert p.stderr.strip().splitlines()[-1].startswith("error:"), p.stderr
+
+
+WAYS = ("--data_dir=FOLDER", "LIMITS_DATA_DIR=FOLDER", "--text=FILE")
+
+
+def test_no_corpus_is_one_line_naming_the_three_ways(model_dir, tmp_path):
+  # No --text/--data_dir/LIMITS_DATA_DIR, an empty cache and downloads off (tests/conftest.py):
+  # one line, exit 2.
+  out = tmp_path / "n"
+  p = run([f"--model={model_dir / 'model'}", f"--out_dir={out}", "--lengths=8"])
+  assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+  lines = p.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr[-2000:]
+  assert "LIMITS_ALLOW_DOWNLOAD=0" in lines[0] and all(w in lines[0] for w in WAYS), lines[0]
+
+
+def test_failed_download_is_announced_then_one_error_line(model_dir, tmp_path):
+  # Downloads on (the default) but nothing listens at the URL: the notice of the download, then
+  # one error line with the reason and the three ways; the cache stays empty.
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{s.getsockname()[1]}/pg2600.txt"  # closed once the block ends
+  cache = tmp_path / "cache"
+  env = dict(os.environ, LIMITS_CACHE_DIR=str(cache), LIMITS_CORPUS_URL=url)
+  env.pop("LIMITS_ALLOW_DOWNLOAD")
+  p = run_experiment("vanishing", [f"--model={model_dir / 'model'}",
+                                   f"--out_dir={tmp_path / 'd'}", "--lengths=8"], env=env)
+  assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+  lines = p.stderr.strip().splitlines()
+  assert len(lines) == 2, p.stderr[-2000:]
+  assert "downloading" in lines[0] and url in lines[0] and str(cache) in lines[0], lines[0]
+  assert lines[1].startswith("error:") and "refused" in lines[1].lower(), lines[1]
+  assert all(w in lines[1] for w in WAYS), lines[1]
+  assert not cache.exists() or not any(cache.iterdir())

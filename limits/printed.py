@@ -122,3 +122,71 @@ def expected_printed_rows(weights, x, n, xbar_reading="output"):
   masks = jnp.arange(L)[None, :] <= jnp.arange(L)[:, None]
   vals = jax.vmap(lambda a, m: expected_printed(a, x, n, m, xbar_reading))(weights, masks)
   return jnp.where(jnp.arange(L) + 1 > n, vals, jnp.nan)
+
+
+def _sqrt0(q):
+  return jnp.sqrt(jnp.maximum(q, 0.0))
+
+
+@jax.jit
+def head_expectations(weights, x, ns):
+  """Per-query printed E (both x̄ readings) and reconstructed E with p = N/L, one head, in
+  matrix form (Gram identities), for the distance steps to record beside d̃.
+
+  Args:
+    weights: (L, L) causal weights of one head (row t = query t, zeros above the diagonal);
+      query t's formula uses its causal prefix (L_t = t + 1 keys), as the suite does for d̃.
+    x: (L, d) vectors. ns: (K,) top-N sizes.
+
+  Returns:
+    (printed_output, printed_mean, reconstructed_n_over_l), each (L, K); NaN where
+    t + 1 <= N (the query is skipped, as for d̃), so ``nanmean`` over L is the head's average.
+    Equal to :func:`expected_printed` / :func:`expected_reconstructed` row by row.
+  """
+  L = weights.shape[-1]
+  dt = weights.dtype
+  pos = jnp.arange(L)
+  vis = pos[None, :] <= pos[:, None]  # (L, L)
+  a = jnp.where(vis, weights, 0.0)
+  t = (pos + 1).astype(dt)  # (L,) visible keys per query
+  n2 = jnp.sum(x * x, axis=-1)  # (L,) ‖x_i‖²
+  s = a @ x  # (L, d) attention output per query
+  xm = jnp.cumsum(x, axis=0) / t[:, None]  # (L, d) prefix mean per query
+  c_out = s @ x.T  # (L, L) ⟨x_i, s_t⟩
+  c_mean = xm @ x.T  # (L, L) ⟨x_i, x̄_t⟩
+  q_out = jnp.sum(s * s, axis=-1)  # (L,)
+  q_mean = jnp.sum(xm * xm, axis=-1)
+  nf = ns.astype(dt)  # (K,)
+  pref = (t[:, None] - nf[None, :]) / t[:, None]  # (L, K)
+  counted = t[:, None] > nf[None, :]
+
+  def printed(coef, c, q):  # coef (L, L) = α_i + N/(L_t − 1)
+    terms = coef * coef * n2[None, :] - 2.0 * coef * c + q[:, None]
+    return jnp.sum(jnp.where(vis, _sqrt0(terms), 0.0), axis=-1)  # (L,)
+
+  out_o, out_m, out_r = [], [], []
+  w2 = a * a * n2[None, :]
+  for k in range(ns.shape[0]):
+    coef = a + (nf[k] / jnp.maximum(t - 1.0, 1.0))[:, None]
+    out_o.append(printed(coef, c_out, q_out))
+    out_m.append(printed(coef, c_mean, q_mean))
+    p = jnp.clip(nf[k] / t, 0.0, 1.0)[:, None]  # (L, 1) N/L_t
+    e_terms = (1 + p) ** 2 * w2 - 2 * p * (1 + p) * a * c_out + p * p * q_out[:, None]
+    out_r.append(jnp.sum(jnp.where(vis, _sqrt0(e_terms), 0.0), axis=-1))
+  stack = lambda cols: jnp.where(counted, pref * jnp.stack(cols, axis=-1), jnp.nan)
+  return stack(out_o), stack(out_m), stack(out_r)
+
+
+def layer_expectation_means(weights, x, ns):
+  """Token averages (H, K) of :func:`head_expectations` for every head of one layer.
+
+  weights: (H, L, L); x: (H, L, d). Returns a dict with keys ``expected_printed_output``,
+  ``expected_printed_xmean`` and ``expected_nl`` (NumPy arrays (H, K)).
+  """
+  import numpy as np
+
+  ns = jnp.asarray([int(n) for n in ns])
+  outs = jax.lax.map(lambda args: head_expectations(args[0], args[1], ns),
+                     (jnp.asarray(weights), jnp.asarray(x, dtype=jnp.asarray(weights).dtype)))
+  keys = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
+  return {k: np.nanmean(np.asarray(v), axis=1) for k, v in zip(keys, outs)}

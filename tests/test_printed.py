@@ -156,3 +156,37 @@ def test_expected_printed_rows_per_causal_query():
     else:
       want = loop_printed(w[t], x, n, causal[t], "mean")
       assert got[t] == pytest.approx(want, rel=1e-12)
+
+
+def test_head_expectations_match_the_per_row_forms():
+  """The matrix (Gram) form equals the per-row printed and reconstructed forms on every causal
+  prefix (float64: the Gram identity cancels at ~1e-12 relative here)."""
+  import jax
+  import numpy as np
+
+  from limits import printed
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(3)
+    L, d, ns = 12, 5, (1, 3, 7)
+    logits = rng.normal(size=(L, L)) * 2
+    vis = np.tri(L, dtype=bool)
+    w = np.where(vis, np.exp(logits), 0.0)
+    w /= w.sum(-1, keepdims=True)
+    x = rng.normal(size=(L, d))
+    po, pm, rn = (np.asarray(a) for a in printed.head_expectations(
+        jax.numpy.asarray(w), jax.numpy.asarray(x), jax.numpy.asarray(ns)))
+    for t in range(L):
+      for k, n in enumerate(ns):
+        if t + 1 <= n:
+          assert np.isnan(po[t, k]) and np.isnan(pm[t, k]) and np.isnan(rn[t, k])
+          continue
+        a, xs = w[t, :t + 1], x[:t + 1]
+        np.testing.assert_allclose(po[t, k], printed.expected_printed(a, xs, n, None, "output"),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(pm[t, k], printed.expected_printed(a, xs, n, None, "mean"),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(rn[t, k], printed.expected_reconstructed(a, xs, n, None, "L"),
+                                   rtol=1e-9)
+    means = printed.layer_expectation_means(w[None], x[None], ns)
+    np.testing.assert_allclose(means["expected_printed_output"][0], np.nanmean(po, axis=0))

@@ -148,6 +148,10 @@ def main(argv):
         state["timings"][f"L={L}"] = time.perf_counter() - t0
         rows, summ, ks = dist_lib.tabulate(stats, L, ns, n_layer, model.config.n_head,
                                            form=FLAGS.form)
+        # The paper's printed E (both readings of x̄) and the reconstruction with N/L, beside
+        # the default reconstruction, so every reading of the claims can be judged.
+        extra = evaluator.printed_expectations(tokens_by_l[L], ns)
+        dist_lib.add_head_means(rows, summ, extra, ns)
         per_head_rows += rows
         summary_rows += summ
         state["ks"] += ks

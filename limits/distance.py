@@ -494,6 +494,22 @@ class ModelEvaluator:
       yield np.asarray(rec.weights, dtype), np.asarray(x, dtype)
       del rec
 
+  def printed_expectations(self, tokens, ns: Sequence[int]) -> dict[str, np.ndarray]:
+    """Token-averaged printed E (both x̄ readings) and reconstructed E with p = N/L per head,
+    ``{name: (n_layer·H, K)}`` averaged over the windows ``tokens (W, L)`` (layer-major heads);
+    ``limits.printed.layer_expectation_means`` on each layer, in ``self.dtype``."""
+    from limits import printed
+
+    total = None
+    for w in range(tokens.shape[0]):
+      parts = []
+      for weights, x in self._layers(tokens[w:w + 1], self.dtype):
+        xh = np.broadcast_to(x[:, None], weights.shape[:2] + x.shape[1:]) if x.ndim == 3 else x
+        parts.append(printed.layer_expectation_means(weights[0], xh[0], ns))
+      cat = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+      total = cat if total is None else {k: total[k] + cat[k] for k in cat}
+    return {k: v / tokens.shape[0] for k, v in total.items()}
+
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
                  bound: bool = True, on_layer=None, dtype=None) -> HeadStats:
     """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads.
@@ -607,6 +623,19 @@ def tabulate(st: HeadStats, L: int, ns: Sequence[int], n_layer: int, n_head: int
     ks.append({"L": L, "N": n, "form": form, "statistic": r.statistic, "pvalue": r.pvalue})
     summary.append(s)
   return rows, summary, ks
+
+
+def add_head_means(rows, summary, extra: dict, ns: Sequence[int]) -> None:
+  """Adds per-head values ``extra[name] (heads, K)`` to the per-head rows (as ``name``) and
+  their mean over heads to the summary rows (as ``name_mean``), in place (rows ordered as
+  :func:`tabulate` writes them: N-major, then heads)."""
+  for name, v in extra.items():
+    v = np.asarray(v, dtype=np.float64)
+    heads = v.shape[0]
+    for k, _ in enumerate(ns):
+      for h in range(heads):
+        rows[k * heads + h][name] = float(v[h, k])
+      summary[k][f"{name}_mean"] = float(np.nanmean(v[:, k]))
 
 
 def figure2_verdicts(mode: str, summary, crit_rows, per_head=None, *, form: str = "sum",

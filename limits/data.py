@@ -1,4 +1,4 @@
-"""Corpora: resolve, verify, download, split and chunk (AMBIG-6).
+"""Corpora: resolve, verify, download, split and chunk (AMBIG-6 in ``docs/ambiguities.md``).
 
 The paper uses "consecutive chapters from *War and Peace*"; we use Project Gutenberg eBook
 #2600 (Maude translation), body text from Book One "CHAPTER I" to the last line of the Second

@@ -227,7 +227,7 @@ def xi(alpha, n, M, delta, mask=None):
   return _xi_from_selected(alpha, top_n_mask(alpha, n, mask), M, delta)
 
 
-def _bounds_from_selected(alpha, sel, M, delta, r, clip=True):
+def _bounds_from_selected(alpha, sel, M, delta, r, clip=True, printed=False):
   dtype = alpha.dtype
   M = jnp.asarray(M, dtype)
   r = jnp.asarray(r, dtype)
@@ -243,7 +243,15 @@ def _bounds_from_selected(alpha, sel, M, delta, r, clip=True):
   gap = jnp.maximum(xis - r[..., None], 0)          # (xi_i - r)_+ ; 0 when r = +inf
   terms = jnp.where(sel, jnp.exp(-gap * gap / (2 * M * M)), 0)
   upper = jnp.where(n_eff > 0, jnp.sum(terms, axis=-1) / nf, 1)
-  return lower, upper
+  if not printed:
+    return lower, upper
+  # The printed form (1/N)·Σ exp[−(r − ξ_i)²/(16M²)] (no positive part; limits.printed); 1 where
+  # r = +inf (every token selected), as the derived form.
+  finite = jnp.isfinite(r)
+  d = jnp.where(finite[..., None], r[..., None] - xis, 0)
+  pterms = jnp.where(sel, jnp.exp(-d * d / (16 * M * M)), 0)
+  upper_printed = jnp.where((n_eff > 0) & finite, jnp.sum(pterms, axis=-1) / nf, 1)
+  return lower, upper, upper_printed
 
 
 @functools.partial(jax.jit, static_argnames=("clip",))
@@ -275,6 +283,7 @@ class RowStats(NamedTuple):
   lower: Any           # clipped at 0
   lower_raw: Any       # unclipped
   upper: Any
+  upper_printed: Any   # the paper's printed form (16M², no positive part)
 
 
 def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "strict",
@@ -317,8 +326,9 @@ def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "stric
   n_eff = jnp.sum(sel, axis=-1)
   frac = jnp.where(n_eff > 0, n_s / jnp.maximum(n_eff, 1), 1.0).astype(alpha.dtype)
   delta = jnp.broadcast_to(jnp.asarray(delta, alpha.dtype), r.shape)
-  lower_raw, upper = _bounds_from_selected(a, sel, M, delta, r, clip=False)
-  return RowStats(frac, n_s, n_eff, r, jnp.maximum(lower_raw, 0), lower_raw, upper)
+  lower_raw, upper, upper_p = _bounds_from_selected(a, sel, M, delta, r, clip=False,
+                                                    printed=True)
+  return RowStats(frac, n_s, n_eff, r, jnp.maximum(lower_raw, 0), lower_raw, upper, upper_p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -546,7 +556,7 @@ def multi_head_coverage(p, heads):
 # Model source: one layer's heads, all queries with their causal prefix.
 # --------------------------------------------------------------------------------------------
 
-LAYER_FIELDS = ("frac", "lower", "lower_raw", "upper", "r", "delta", "count")
+LAYER_FIELDS = ("frac", "lower", "lower_raw", "upper", "r", "delta", "upper_printed", "count")
 
 
 def normalize_to_sphere(v, M):
@@ -575,7 +585,7 @@ def _head_sums(weights, v, ns, M, rule, srt=None):
     keep = jnp.arange(1, L + 1) > n                          # t = query index + 1 visible keys
     z = lambda a: jnp.sum(jnp.where(keep, a, 0))
     return jnp.stack([z(st.frac), z(st.lower), z(st.lower_raw), z(st.upper), z(st.r), z(dl),
-                      jnp.sum(keep).astype(weights.dtype)])
+                      z(st.upper_printed), jnp.sum(keep).astype(weights.dtype)])
 
   return jax.lax.map(one, ns)
 

@@ -383,7 +383,8 @@ def test_layer_sums_equal_per_query_loop():
           xs = np_xi(a, sel, M, delta)
           lo = 1 - sum(xs.values()) / (n * r)
           up = sum(math.exp(-max(xs[i] - r, 0) ** 2 / (2 * M * M)) for i in sel) / n
-          ref += [n_s / n, max(lo, 0), lo, up, r, delta, 1]
+          up_printed = sum(math.exp(-(r - xs[i]) ** 2 / (16 * M * M)) for i in sel) / n
+          ref += [n_s / n, max(lo, 0), lo, up, r, delta, up_printed, 1]
         # Gram identity in float64 vs direct differences: 1e-8 relative.
         np.testing.assert_allclose(got[h], ref, rtol=1e-8, err_msg=f"head {h} n {n}")
 

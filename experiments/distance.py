@@ -32,6 +32,7 @@ import time
 from absl import app, flags
 
 from limits import cli
+from limits import data as data_lib
 
 FLAGS = flags.FLAGS
 
@@ -39,7 +40,7 @@ MODES = ("vary_length", "vary_n", "critical_n")
 flags.DEFINE_enum("mode", "vary_length", list(MODES), "Which Algorithm / panel of Figure 2.")
 flags.DEFINE_string("model", "tiny", "'tiny' (embedded), a GPT-2 name, or a model directory.")
 flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR).")
+flags.DEFINE_string("data_dir", None, data_lib.DATA_DIR_HELP)
 flags.DEFINE_integer("windows", 1, "Consecutive non-overlapping L-token windows per L.")
 flags.DEFINE_string("lengths", "", "Comma-separated L values; default 32,64,...,min(1024, "
                     "context) for vary_length/critical_n and min(1024, context) for vary_n.")

@@ -9,7 +9,7 @@ every reading of the ambiguities it depends on.
     python -m experiments.reproduce --quick          # about a minute on 2 CPU cores
     python -m experiments.reproduce --model=gpt2     # paper settings on real GPT-2 124M
 
-Before the first step it checks the model, the corpus (embedded by default; ``--data_dir``,
+Before the first step it checks the model, the corpus (``--data_dir``,
 ``--text`` or ``$LIMITS_DATA_DIR`` override it) and that the output folder can be written, and
 stops with one line if one is wrong. Steps run as subprocesses (``python -m experiments.X``),
 each exactly the command a user would type. A finished step leaves ``OUT/<step>/DONE`` holding
@@ -33,6 +33,7 @@ from typing import Any, Optional
 from absl import app, flags
 
 from limits import cli
+from limits import data as data_lib
 from limits import reproduction as rp
 from limits import results as res
 from limits.errors import LimitsError
@@ -41,8 +42,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "tiny", "'tiny' (embedded), 'smollm2', a model name, a directory "
                     "or a weight file.")
 flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
-flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (default: $LIMITS_DATA_DIR, "
-                    "else the embedded corpus).")
+flags.DEFINE_string("data_dir", None, data_lib.DATA_DIR_HELP)
 flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
 flags.DEFINE_integer("windows", None, "Corpus windows per length (default 1 quick, 4 full).")
 flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")

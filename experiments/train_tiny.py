@@ -9,10 +9,9 @@ Usage (the shipped model; see limits/assets/tiny/MODEL_CARD.md for the exact com
 
   python -m experiments.train_tiny --out_dir=limits/assets/tiny --ckpt_dir=results/train_tiny/ckpt
 
-The corpus is the one embedded in the package unless ``--text``, ``--data_dir`` or
-``LIMITS_DATA_DIR`` names another (``limits.data.resolve_corpus``; ``LIMITS_ALLOW_DOWNLOAD=1``
-fetches the current Gutenberg text instead). A checkpoint in ``--ckpt_dir`` made with the same
-settings is resumed exactly.
+The corpus is War and Peace from ``--text``, ``--data_dir`` or ``LIMITS_DATA_DIR``, else the
+user cache, else a one-time download (``limits.data.resolve_corpus``). A checkpoint in
+``--ckpt_dir`` made with the same settings is resumed exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import sys
 from absl import app, flags
 
 from limits import cli, training
+from limits import data as data_lib
 
 FLAGS = flags.FLAGS
 D = training.TrainConfig()  # the defaults
@@ -48,9 +48,7 @@ flags.DEFINE_string("out_dir", D.out_dir, "Model directory to write (default "
 flags.DEFINE_string("ckpt_dir", D.ckpt_dir, "Checkpoint directory (default <out_dir>/../ckpt); "
                     "a checkpoint there with the same settings is resumed.")
 flags.DEFINE_integer("ckpt_every", D.ckpt_every, "Checkpoint every this many steps.")
-flags.DEFINE_string("data_dir", D.data_dir, "Folder holding war_and_peace.txt (else "
-                    "$LIMITS_DATA_DIR, else the corpus embedded in the package; "
-                    "LIMITS_ALLOW_DOWNLOAD=1 fetches it from Project Gutenberg instead).")
+flags.DEFINE_string("data_dir", D.data_dir, data_lib.DATA_DIR_HELP)
 flags.DEFINE_string("text", D.text, "Train on this UTF-8 text file instead of War and Peace.")
 flags.DEFINE_float("heldout_fraction", D.heldout_fraction, "Fraction of the text (at its end) "
                    "held out.")

@@ -16,8 +16,8 @@ Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` 
 
   python -m experiments.vanishing --out_dir=results/vanishing
 
-The corpus is the one embedded in the package unless ``--text``, ``--data_dir`` or
-``LIMITS_DATA_DIR`` names another (``LIMITS_ALLOW_DOWNLOAD=1`` fetches it from Gutenberg).
+The corpus is War and Peace from ``--text``, ``--data_dir`` or ``LIMITS_DATA_DIR``, else the
+user cache, else a one-time download (``limits.data.resolve_corpus``).
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ import time
 from absl import app, flags
 
 from limits import cli, sources
+from limits import data as data_lib
 
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("model", "tiny", sources.MODEL_HELP)
 flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else "
-                    "the corpus embedded in the package; LIMITS_ALLOW_DOWNLOAD=1 fetches it from "
-                    "Project Gutenberg instead).")
+flags.DEFINE_string("data_dir", None, data_lib.DATA_DIR_HELP)
 flags.DEFINE_integer("windows", 1, "Consecutive non-overlapping L-token windows per L.")
 flags.DEFINE_string("lengths", "", "Comma-separated L values; default 32,64,...,min(1024, "
                     "context).")
@@ -65,12 +64,13 @@ def main(argv):
 
   model = sources.load_model(FLAGS.model)
   lengths = cli.parse_lengths(FLAGS.lengths, model.config.n_positions, model.name)
+  # The corpus first: a missing corpus fails before the output folder is created.
+  tokens_by_l = {L: sources.corpus_windows(model, L, FLAGS.windows, text=FLAGS.text,
+                                           data_dir=FLAGS.data_dir) for L in lengths}
   out_dir = res.prepare_out_dir(FLAGS.out_dir, EXPERIMENT)
   config = res.flags_config(FLAGS, CONFIG_FLAGS)
   config.update({"lengths_used": lengths, "model_info": model.info(),
                  "temperature": model.native_temperature})
-  tokens_by_l = {L: sources.corpus_windows(model, L, FLAGS.windows, text=FLAGS.text,
-                                           data_dir=FLAGS.data_dir) for L in lengths}
   T = model.native_temperature
   dtype = np.float64 if FLAGS.x64 else np.float32
   check_fn = jax.jit(bounds.corollary1_causal_check)

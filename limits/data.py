@@ -60,6 +60,10 @@ MAX_BYTES = 4_000_000
 ENV_DATA_DIR = "LIMITS_DATA_DIR"
 ENV_CACHE_DIR = "LIMITS_CACHE_DIR"
 ENV_ALLOW_DOWNLOAD = "LIMITS_ALLOW_DOWNLOAD"
+# The --data_dir help every CLI shows (one wording for the lookup order of resolve_corpus).
+DATA_DIR_HELP = ("Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, else the user cache "
+                 "~/.cache/limits, else a download of Project Gutenberg #2600 into it; "
+                 "LIMITS_ALLOW_DOWNLOAD=0 turns the download off).")
 ENV_CORPUS_URL = "LIMITS_CORPUS_URL"
 
 

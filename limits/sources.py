@@ -139,7 +139,7 @@ def corpus_windows(model: Model, length: int, windows: int, *,
     windows: how many windows.
     text: a text file overriding the corpus (``--text``).
     data_dir: overrides ``$LIMITS_DATA_DIR`` (``--data_dir``).
-    allow_download: see :func:`limits.data.resolve_corpus` (off unless asked).
+    allow_download: see :func:`limits.data.resolve_corpus` (None: on unless LIMITS_ALLOW_DOWNLOAD=0).
 
   Returns:
     int32 ``(windows, length)``; window w is tokens ``[w·L, (w+1)·L)`` of the encoded body.

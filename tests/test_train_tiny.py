@@ -243,6 +243,6 @@ def test_cli_missing_corpus_is_one_line(tmp_path):
   assert r.returncode == 2
   assert "Traceback" not in r.stderr
   lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-  # Names the folder given and the file it lacks (no silent switch to the embedded corpus).
+  # Names the folder given and the file it lacks (no silent switch to the cache or a download).
   assert len(lines) == 1 and f"{tmp_path}/nowhere" in lines[0], r.stderr[-1000:]
   assert "war_and_peace.txt" in lines[0]

@@ -118,8 +118,10 @@ def check_temperature_range(temps, rows, mask, epsilons, dtype) -> None:
   be read off NaN norms): the largest |logit| plus the largest ε, divided by T, and 1/T, must
   stay below the dtype's largest finite value. One line naming the smallest allowed T."""
   fin = np.finfo(dtype)
-  vis = np.abs(np.where(mask, rows, 0))
-  big = float(vis.max()) if vis.size else 0.0
+  big = 0.0
+  for lo in range(0, rows.shape[0], 8192):  # row chunks: no (R, L) temporary
+    x = np.where(mask[lo:lo + 8192], rows[lo:lo + 8192], 0)
+    big = max(big, float(np.abs(x).max()) if x.size else 0.0)
   need = 2.0 * (big + max(epsilons)) + 1.0  # differences of two logits, plus margin
   t_min = max(need / float(fin.max), float(fin.tiny)) * 16
   for t in temps:
@@ -261,14 +263,25 @@ def _chunks(n: int, size: int):
 # ----------------------------------------------------------------------------- one temperature
 
 
-def lemma2_all_rows(rows, mask, temps) -> np.ndarray:
+def row_range_and_count(rows, mask, chunk: int = 8192):
+  """(r (R, 1), n (R, 1)): each row's visible logit range and visible count, computed in row
+  chunks so no (R, L) temporary is made (1.1M rows × 1024 in float64 is 9 GB per temporary)."""
+  big = np.finfo(rows.dtype).max
+  r = np.zeros((rows.shape[0], 1), rows.dtype)
+  n = np.ones((rows.shape[0], 1), rows.dtype)
+  for lo in range(0, rows.shape[0], chunk):
+    x, m = rows[lo:lo + chunk], mask[lo:lo + chunk]
+    span = np.max(np.where(m, x, -big), axis=-1) - np.min(np.where(m, x, big), axis=-1)
+    r[lo:lo + chunk, 0] = np.where(m.any(-1), span, 0.0)
+    n[lo:lo + chunk, 0] = np.maximum(m.sum(-1), 1)
+  return r, n
+
+
+def lemma2_all_rows(rows, mask, temps, range_count=None) -> np.ndarray:
   """Lemma 2's softmax bound (e^{r/T} + e^{2r/T})/(T·n) for every row and T: (R, K), inf where
   it overflows the dtype (same formula as ``bounds.softmax_lemma2_bound``; the row range r and
-  visible count n are computed once for all temperatures)."""
-  big = np.finfo(rows.dtype).max
-  r = (np.max(np.where(mask, rows, -big), axis=-1) - np.min(np.where(mask, rows, big), axis=-1))
-  r = np.where(mask.any(-1), r, 0.0)[:, None]
-  n = np.maximum(mask.sum(-1), 1)[:, None].astype(rows.dtype)
+  visible count n are computed once for all temperatures: pass ``row_range_and_count``)."""
+  r, n = range_count if range_count is not None else row_range_and_count(rows, mask)
   T = np.asarray(temps, rows.dtype)[None, :]
   with np.errstate(over="ignore", invalid="ignore"):
     return ((np.exp(r / T) + np.exp(2 * r / T)) / (T * n)).astype(rows.dtype)
@@ -564,11 +577,12 @@ def main(argv):
     return res
 
   from limits.progress import Progress
+  range_count = row_range_and_count(rows, mask) if name == "softmax" else None
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
     for c0 in range(0, len(temps), FLAGS.t_batch):
       chunk = temps[c0:c0 + FLAGS.t_batch]
       allnorm = (sensitivity.softmax_norms(rows, chunk, mask) if name == "softmax" else None)
-      l2 = lemma2_all_rows(rows, mask, chunk) if name == "softmax" else None
+      l2 = lemma2_all_rows(rows, mask, chunk, range_count) if name == "softmax" else None
       g_all = sensitivity.fd_batch(norm_fn, rows[fd_idx], mask[fd_idx], chunk, epsilons,
                                    jax.random.fold_in(k_dir, c0))  # (S, K, E)
       for j, T in enumerate(chunk):

@@ -162,10 +162,21 @@ def test_unwritable_out_dir_fails_before_the_computation(err, words, tmp_path, f
   assert time.perf_counter() - t0 < 60, line
 
 
+def _sample_text(tmp_path):
+  """A short War and Peace opening as --text: these cases test the output folder, not the
+  corpus (which the default test run never has)."""
+  from limits.gpt2.testing import SAMPLE_TEXT
+
+  path = tmp_path / "sample.txt"
+  path.write_text(SAMPLE_TEXT * 3, encoding="utf-8")
+  return path
+
+
 def test_vanishing_on_a_full_disk_fails_before_the_check(tmp_path, fault_dir):
   # Before: the OSError traceback came from the results writer after the whole computation.
   out = tmp_path / "v"
-  p = cli("vanishing", "--lengths=8", f"--out_dir={out}", "--noplot",
+  text = _sample_text(tmp_path)  # a corpus is there: the disk is the only fault
+  p = cli("vanishing", "--lengths=8", f"--out_dir={out}", f"--text={text}", "--noplot",
           fault=(f"{out}/*", "ENOSPC"), fault_dir=fault_dir, timeout=120)
   one_error_line(p, str(out), "disk full")  # one line: no progress bar was ever drawn
   assert os.listdir(out) == []
@@ -293,12 +304,14 @@ def test_folder_of_a_failed_run_is_reused_and_foreign_results_refused(tmp_path):
 def test_cli_refuses_a_different_run_in_its_out_dir(tmp_path):
   out = tmp_path / "v"
   out.mkdir()
+  text = _sample_text(tmp_path)
   # The marker a run with --lengths=8,16 (and defaults otherwise) leaves behind.
   (out / results.RUN_MARKER).write_text(json.dumps(
-      {"experiment": "vanishing", "model": "tiny", "text": None, "data_dir": None, "windows": 1,
-       "lengths": "8,16", "seed": 0, "x64": True, "lemma1_a": 4.0}))
+      {"experiment": "vanishing", "model": "tiny", "text": str(text), "data_dir": None,
+       "windows": 1, "lengths": "8,16", "seed": 0, "x64": True, "lemma1_a": 4.0}))
   (out / "results.json").write_text('{"experiment": "vanishing"}')
-  p = cli("vanishing", "--lengths=8", f"--out_dir={out}", "--noplot", timeout=120)
+  p = cli("vanishing", "--lengths=8", f"--out_dir={out}", f"--text={text}", "--noplot",
+          timeout=120)
   one_error_line(p, str(out), "lengths: '8,16' before, '8' now", "--overwrite")
   assert (out / "results.json").read_text() == '{"experiment": "vanishing"}'
 

@@ -226,6 +226,7 @@ def test_smollm2_missing_wheel_quotes_install_command(monkeypatch):
   _one_line(e)
 
 
+@pytest.mark.slow  # two full GGUF header parses of the 93 MB file: ~1-2 min on 2 cores
 def test_gguf_tokenizer_equals_hf_tokenizers_on_a_copied_file(tmp_path):
   # The shipped file copied elsewhere loads the same (spec = a .gguf path).
   src = models.smollm2_path()

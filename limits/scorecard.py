@@ -8,16 +8,19 @@ T0 = √d_head; a candidate with multiplier c sees c·z (``temperature = T0 / c`
 
 Candidates (:data:`CANDIDATES`): softmax at T0, T0×0.5 and T0×2 (c = 1, 2, 0.5); sparsemax
 (computed as α-entmax with α = 2 by bisection, ~2× faster on CPU than the sort; equal to
-``normalizers.sparsemax``, tested); α-entmax α = 1.5 and 1.25; SSMax with s0 = 1/ln(L) (the
+``normalizers.sparsemax``, tested); α-entmax α = 1.5 and 4/3 (4/3 rather than 1.25: the
+bisection raises to the power 1/(α−1), and XLA on CPU computes x³ by multiplication but x⁴
+through exp/log, which made 1.25-entmax 3× slower than softmax on SmolLM2 and 15× on the
+embedded model); SSMax with s0 = 1/ln(L) (the
 model's softmax at the last query of a window of the evaluation length); the general
 normalizer of Eq. 3 with F = softplus.
 
 Fair comparison (:func:`calibrate`): per *family* (softmax at any T is one family: c absorbs T)
 one scalar c minimising the mean next-token NLL on calibration windows: ``grid`` log-spaced
-points on [lo, hi] then a golden-section search (``iters`` evaluations) between the best grid
-point's neighbours; the answer is the best point evaluated. Deterministic given the windows;
-the calibration windows are drawn with the seed from the corpus after the evaluation windows
-(:func:`split_windows`), so the two sets are disjoint by construction.
+points on [lo, hi] plus c = 1, then Brent's bounded search (``iters`` evaluations) between the
+best grid point's neighbours; the answer is the best point evaluated. Deterministic given the
+windows; the calibration windows are drawn with the seed from the corpus after the evaluation
+windows (:func:`split_windows`), so the two sets are disjoint by construction.
 
 Metrics (one row per candidate and calibration; all on the evaluation windows, float32 except
 the Jacobians, which are float64 because they are compared with bounds):
@@ -87,13 +90,13 @@ CANDIDATES: dict[str, Candidate] = {c.key: c for c in (
     Candidate("softmax_t2", "softmax (T0×2)", "softmax", 0.5),
     Candidate("sparsemax", "sparsemax", "sparsemax"),
     Candidate("entmax1.5", "1.5-entmax", "entmax1.5"),
-    Candidate("entmax1.25", "1.25-entmax", "entmax1.25"),
+    Candidate("entmax4/3", "4/3-entmax", "entmax4/3"),
     Candidate("ssmax", "SSMax", "ssmax"),
     Candidate("softplus", "Eq. 3, F = softplus", "softplus"),
 )}
 REFERENCE = "softmax"
 FAMILY_LABELS = {"softmax": "softmax", "sparsemax": "sparsemax", "entmax1.5": "1.5-entmax",
-                 "entmax1.25": "1.25-entmax", "ssmax": "SSMax", "softplus": "Eq. 3, F = softplus"}
+                 "entmax4/3": "4/3-entmax", "ssmax": "SSMax", "softplus": "Eq. 3, F = softplus"}
 
 
 def softplus_normalizer(logits, mask=None):
@@ -121,8 +124,8 @@ def normalizer(family: str, length: int) -> Callable:
       fn = normalizers.get("entmax", alpha=2.0)  # = sparsemax, bisection (see module doc)
     elif family == "entmax1.5":
       fn = normalizers.get("entmax", alpha=1.5)
-    elif family == "entmax1.25":
-      fn = normalizers.get("entmax", alpha=1.25)
+    elif family == "entmax4/3":
+      fn = normalizers.get("entmax", alpha=4 / 3)
     elif family == "ssmax":
       fn = normalizers.get("ssmax", s=ssmax_s0(length))
     elif family == "softplus":
@@ -157,7 +160,7 @@ class Config:
   calib_lo: float = 1 / 64
   calib_hi: float = 16.0
   calib_grid: int = 5
-  calib_iters: int = 4
+  calib_iters: int = 5
   lemma1_lengths: tuple[int, ...] = ()   # () = powers of two from 16 to L, and L
   distance_ns: tuple[int, ...] = (5, 100)
   ks_alpha: float = 0.01
@@ -298,18 +301,20 @@ def relative_cost(secs: dict, ref: str = "softmax") -> dict:
   return {f: float(np.median(np.asarray(v, np.float64) / r)) for f, v in secs.items()}
 
 
-_INVPHI = (math.sqrt(5.0) - 1.0) / 2.0
-
-
 def calibrate(loss_fn: Callable[[float], float], lo: float, hi: float, *, grid: int = 5,
               iters: int = 5) -> dict:
   """argmin of ``loss_fn(c)`` over c ∈ [lo, hi], searched on u = ln c.
 
-  ``grid`` log-spaced points, then ``iters`` golden-section evaluations between the best grid
-  point's neighbours (a local minimum is bracketed there when the best point is interior).
-  Returns ``{"multiplier", "loss", "trace": [[c, loss], ...], "at_edge"}`` with the best point
-  evaluated; ``at_edge`` is True when the best grid point is an end of the bracket.
+  ``grid`` log-spaced points plus c = 1 (the model's own scale, so a calibrated row is never
+  worse than the uncalibrated one on the calibration windows), then ``iters`` evaluations of
+  Brent's bounded method (golden-section steps with parabolic interpolation;
+  ``scipy.optimize.minimize_scalar(method="bounded")``, tolerance 0.01 in ln c) between the
+  best grid point's neighbours. Deterministic. Returns ``{"multiplier", "loss",
+  "trace": [[c, loss], ...], "at_edge"}`` with the best point evaluated; ``at_edge`` is True
+  when that point is an end of the bracket (the minimum may lie outside it).
   """
+  import scipy.optimize
+
   trace: list[list[float]] = []
 
   def f(u):
@@ -318,26 +323,16 @@ def calibrate(loss_fn: Callable[[float], float], lo: float, hi: float, *, grid: 
     trace.append([c, v])
     return v if math.isfinite(v) else math.inf
 
-  us = np.linspace(math.log(lo), math.log(hi), int(grid))
+  us = sorted(set(np.linspace(math.log(lo), math.log(hi), int(grid)).tolist()) | {0.0})
   vals = [f(u) for u in us]
   i = int(np.argmin(vals))
   a, b = us[max(i - 1, 0)], us[min(i + 1, len(us) - 1)]
-  if iters >= 1:
-    x1, x2 = b - _INVPHI * (b - a), a + _INVPHI * (b - a)
-    f1 = f(x1)
-    f2 = f(x2) if iters >= 2 else math.inf
-    for _ in range(max(iters - 2, 0)):
-      if f1 < f2:
-        b, x2, f2 = x2, x1, f1
-        x1 = b - _INVPHI * (b - a)
-        f1 = f(x1)
-      else:
-        a, x1, f1 = x1, x2, f2
-        x2 = a + _INVPHI * (b - a)
-        f2 = f(x2)
+  if iters >= 1 and b > a:
+    scipy.optimize.minimize_scalar(f, bounds=(a, b), method="bounded",
+                                   options={"maxiter": int(iters), "xatol": 0.01})
   best = min(trace, key=lambda cv: cv[1] if math.isfinite(cv[1]) else math.inf)
   return {"multiplier": best[0], "loss": best[1], "trace": trace,
-          "at_edge": bool(i in (0, len(us) - 1))}
+          "at_edge": bool(best[0] in (math.exp(us[0]), math.exp(us[-1])))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,7 +451,7 @@ def jacobian_bound(family: str, logits, mask, temperature: float, length: int):
   if family == "ssmax":
     n = jnp.maximum(normalizers.visible_count(jnp.asarray(mask)), 1).astype(logits.dtype)
     return ssmax_s0(length) * jnp.log(n) / (2.0 * T), "s·ln t/(2T) (softmax at T/(s ln t))"
-  if family in ("sparsemax", "entmax1.5", "entmax1.25"):
+  if family in ("sparsemax", "entmax1.5", "entmax4/3"):
     return jnp.full(logits.shape[:-1], 1.0 / T), "1/T (J = diag(s) − ssᵀ/Σs, 0 ≤ s ≤ 1)"
   if family == "softplus":
     F = lambda l: jax.nn.softplus(l / T)
@@ -475,7 +470,8 @@ def _jac_kernel(family: str, length: int):
   fn = _JAC.get(key)
   if fn is None:
     norm = normalizer(family, length)
-    fn = _JAC[key] = jax.jit(lambda l, m, T: jax.vmap(jax.jacfwd(lambda x, mm: norm(x / T, mm)))(l, m))
+    jac = jax.jacfwd(lambda x, mm, T: norm(x / T, mm))
+    fn = _JAC[key] = jax.jit(jax.vmap(jac, in_axes=(0, 0, None)))
   return fn
 
 
@@ -674,7 +670,8 @@ def markdown_table(trows: Sequence[dict], sizes: dict, cfg: Config) -> str:
     cells = [name, r["scale"], f"{r['loss']:.3f}",
              "0 (ref.)" if r["key"] == REFERENCE else
              f"{r['delta_loss']:+.3f} ± {r['delta_loss_se']:.3f}",
-             f"{r['max_aL_first']:.3g}→{r['max_aL_last']:.3g} (slope {_f(r['max_aL_slope'], '{:.2f}')})",
+             f"{r['max_aL_first']:.3g}→{r['max_aL_last']:.3g} "
+             f"(slope {_f(r['max_aL_slope'], '{:.2f}')})",
              f"{100 * r['zeros_first']:.0f}%→{100 * r['zeros_last']:.0f}%",
              _f(r["critical_n_over_L"], "{:.3f}", "none ≤ L−1")]
     cells += [_f(r.get(f"d_N{n}")) for n in dn]
@@ -737,6 +734,10 @@ def sentences(trows: Sequence[dict]) -> list[str]:
 # Resumable driver.
 
 
+def _safe(name: str) -> str:
+  return name.replace("/", "_")
+
+
 def _load_part(path: Path, digest: str):
   try:
     d = json.loads(path.read_text())
@@ -770,7 +771,7 @@ def run(cfg: Config, model, out_dir: Path, *, log: Callable[[str], None] = print
 
   calibrations, computed = {}, []
   for fam in cfg.families:
-    path = parts / f"calibration_{fam}.json"
+    path = parts / f"calibration_{_safe(fam)}.json"
     part = _load_part(path, digest)
     if part is not None and part.get("done"):
       log(f"calibration {fam}: reused c = {part['multiplier']:.4g}")
@@ -805,16 +806,18 @@ def run(cfg: Config, model, out_dir: Path, *, log: Callable[[str], None] = print
   path = parts / "timing.json"
   part = _load_part(path, digest)
   if part is None:
+    t0 = time.perf_counter()
     secs = time_forwards(params, config, cal, cfg.families, L, cfg.timing_rounds,
                          compiled=computed)
-    part = {"digest": digest, "seconds": secs, "relative": relative_cost(secs)}
+    part = {"digest": digest, "seconds": secs, "relative": relative_cost(secs),
+            "wall_s": time.perf_counter() - t0}
     results.write_json(path, part)
     log("timing: " + ", ".join(f"{f} {v:.2f}×" for f, v in part["relative"].items()))
   timing = part
 
   rows = []
   for key, fam, calibrated in row_keys(cfg):
-    path = parts / f"row_{key}.json"
+    path = parts / f"row_{_safe(key)}.json"
     part = _load_part(path, digest)
     if part is None:
       c = calibrations[fam]["multiplier"] if calibrated else CANDIDATES[key].base
@@ -829,7 +832,12 @@ def run(cfg: Config, model, out_dir: Path, *, log: Callable[[str], None] = print
     else:
       log(f"row {key}: reused")
     rows.append(part)
+  compute = {"calibration_s": sum(e[2] for c in calibrations.values() for e in c["evals"]),
+             "timing_s": timing.get("wall_s", sum(map(sum, timing["seconds"].values()))),
+             "rows_s": sum(r["row_seconds"] for r in rows)}
+  compute["total_s"] = sum(compute.values())
   return {"rows": rows, "calibrations": calibrations, "costs": timing["relative"],
+          "compute_s": compute,
           "cost_seconds": timing["seconds"],
           "windows": {"evaluation": ev_idx.tolist(), "calibration": cal_idx.tolist(),
                       "length": L, "corpus_tokens": int(tokens.size)},
@@ -857,7 +865,8 @@ def report(result: dict, cfg: Config, model_info: dict, command: str = "") -> tu
       f"{cfg.seed}, disjoint). Metrics on layers {list(keep)}; float32 forward passes, float64 "
       f"Jacobians. Scale: c multiplies the model's logits q·k/T0 (SSMax: s). Calibration: "
       f"{cfg.calib_grid} log-spaced c in [{cfg.calib_lo:g}, {cfg.calib_hi:g}] then "
-      f"{cfg.calib_iters} golden-section steps, minimising the NLL of the calibration windows"
+      f"{cfg.calib_iters} steps of Brent's bounded search, minimising the NLL of the "
+      "calibration windows"
       + (f"; best at the bracket edge for {', '.join(edge)}" if edge else "") + ".", "",
       markdown_table(trows, sizes, cfg), "",
       "Columns: Δ = paired mean NLL difference to softmax (T0) on the same tokens ± its standard "
@@ -874,6 +883,9 @@ def report(result: dict, cfg: Config, model_info: dict, command: str = "") -> tu
       "calibrated rows share their family's cost).", "",
       "## In one sentence each", ""]
   lines += [f"- {s}" for s in sentences(trows)]
-  lines += ["", f"Wall time {result['wall_s']:.0f} s for this invocation (rows reused from an "
-            "earlier invocation of the same command are not re-timed)."]
+  cs = result["compute_s"]
+  lines += ["", f"Computation recorded in parts/ (all invocations of this command): "
+            f"{cs['total_s']:.0f} s (calibration {cs['calibration_s']:.0f} s, timing "
+            f"{cs['timing_s']:.0f} s, rows {cs['rows_s']:.0f} s; loading the model and "
+            f"tokenizing the corpus not included); this invocation: {result['wall_s']:.0f} s."]
   return trows, "\n".join(l for l in lines if l is not None) + "\n"

@@ -17,7 +17,7 @@ from limits import scorecard as sc
 from limits.errors import LimitsError
 from tests.cli_helpers import run_experiment
 
-FAMILIES = ("softmax", "sparsemax", "entmax1.5", "entmax1.25", "ssmax", "softplus")
+FAMILIES = ("softmax", "sparsemax", "entmax1.5", "entmax4/3", "ssmax", "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def _reference_weights(family, logits, mask, length):
     return normalizers.sparsemax(logits, mask)
   if family == "entmax1.5":
     return normalizers.entmax15_exact(logits, mask)
-  if family == "entmax1.25":
-    return normalizers.entmax(logits, 1.25, mask)
+  if family == "entmax4/3":
+    return normalizers.entmax(logits, 4 / 3, mask)
   if family == "ssmax":
     return normalizers.ssmax(logits, 1 / math.log(length), mask)
   f = jnp.where(mask, jnp.logaddexp(0.0, jnp.where(mask, logits, 0)), 0)
@@ -72,17 +72,18 @@ def test_swap_reaches_every_layer(tiny, family):
   assert float(jnp.max(jnp.abs(out.logits - base.logits))) > 1e-2
 
 
-def test_golden_section_recovers_a_known_scale():
+def test_calibration_search_recovers_a_known_scale():
   # A teacher-student loss whose minimum is at c = k by construction: cross-entropy of
   # softmax(c·z) against the target softmax(k·z).
   z = jax.random.normal(jax.random.key(0), (64, 40)) * 2
   k = 3.1
   p = jax.nn.softmax(k * z)
   loss = lambda c: float(-jnp.mean(jnp.sum(p * jax.nn.log_softmax(c * z), axis=-1)))
-  res = sc.calibrate(loss, 1 / 64, 16, grid=5, iters=14)
-  assert abs(res["multiplier"] / k - 1) < 0.01
+  res = sc.calibrate(loss, 1 / 64, 16, grid=5, iters=8)
+  assert abs(res["multiplier"] / k - 1) < 0.02
   assert not res["at_edge"]
-  assert len(res["trace"]) == 5 + 14
+  cs = [c for c, _ in res["trace"]]
+  assert len(cs) <= 5 + 1 + 8 and 1.0 in cs  # the grid always holds the model's own scale
   # A minimum beyond the bracket is reported at the edge.
   edge = sc.calibrate(lambda c: (math.log(c) - math.log(100)) ** 2, 1 / 64, 16, grid=5, iters=6)
   assert edge["at_edge"] and edge["multiplier"] > 10
@@ -100,10 +101,10 @@ def test_calibration_recovers_scale_of_a_model_with_halved_queries(tiny):
                                  "bias": ca["bias"].at[..., :D].multiply(0.5)}
   fit = lambda p: sc.calibrate(
       lambda c: float(sc.token_nll(p, config, tok, "softmax", c, L).mean()),
-      1 / 64, 16, grid=5, iters=16)["multiplier"]
+      1 / 64, 16, grid=5, iters=12)["multiplier"]
   c0, c1 = fit(params), fit(half)
   assert 1 / 64 < c0 < 8
-  assert abs(c1 / c0 - 2) < 0.02, (c0, c1)
+  assert abs(c1 / c0 / 2 - 1) < 0.03, (c0, c1)  # search tolerance 0.01 in ln c on each
   # The loss it minimises is the model's cross-entropy, computed here from the logits.
   logits = np.asarray(models.forward(params, tok, config, normalizer=sc.normalizer("softmax", L),
                                      layers=()).logits, np.float64)

@@ -27,6 +27,7 @@ from limits.errors import LimitsError
 from limits.gpt2.config import Config
 from limits.models.engine import (AttnRecord, Normalizer, Output, attend, forward,  # noqa: F401
                                   iter_layers, softmax_normalizer)
+from limits.models.engine import set_path as _set
 
 LAYERS_KEY = "h"  # the stacked-layer subtree run by the engine's lax.scan
 
@@ -72,12 +73,6 @@ def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:
   if not config.tie_word_embeddings:
     shapes["lm_head.weight"] = (config.vocab_size, config.n_embd)
   return shapes
-
-
-def _set(tree: dict, path: Sequence[str], value) -> None:
-  for key in path[:-1]:
-    tree = tree.setdefault(key, {})
-  tree[path[-1]] = value
 
 
 def _get(tree: dict, path: Sequence[str]):

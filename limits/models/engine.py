@@ -54,6 +54,13 @@ class Output(NamedTuple):
   attn: Any  # AttnRecord stacked over the kept layers, record_fn's stacked output, or None
 
 
+def set_path(tree: dict, path, value) -> None:
+  """``tree[path[0]][path[1]]... = value``, creating the nested dicts (checkpoint name → pytree)."""
+  for key in path[:-1]:
+    tree = tree.setdefault(key, {})
+  tree[path[-1]] = value
+
+
 def family_module(config):
   """The module implementing ``config``'s family (``config.family``)."""
   name = getattr(config, "family", None)

@@ -22,6 +22,7 @@ import numpy as np
 
 from limits.errors import LimitsError
 from limits.models.engine import AttnRecord, Normalizer, attend
+from limits.models.engine import set_path as _set
 from limits.models.llama.config import Config
 
 LAYERS_KEY = "layers"
@@ -63,12 +64,6 @@ def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:
   if not config.tie_word_embeddings:
     shapes["lm_head.weight"] = (config.vocab_size, config.n_embd)
   return shapes
-
-
-def _set(tree: dict, path: Sequence[str], value) -> None:
-  for key in path[:-1]:
-    tree = tree.setdefault(key, {})
-  tree[path[-1]] = value
 
 
 def params_from_flat(flat: dict[str, Any], config: Config) -> Params:

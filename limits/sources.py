@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from limits import data as data_lib
-from limits.errors import LimitsError, check
+from limits.errors import check
 
 from limits.models.loading import TINY_DIR  # noqa: E402,F401 (the embedded model's folder)
 

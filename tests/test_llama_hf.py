@@ -12,7 +12,6 @@ the issue fixes. Both sides run float32 in different summation orders (a few ulp
 wrong query group, missing RMSNorm gain, causal off-by-one) changes outputs by ≥ 1e-2.
 """
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch  # requirements-dev.txt: the reference, imported plainly so it can never skip

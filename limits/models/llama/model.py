@@ -14,7 +14,7 @@ in HF, ``(out, in)``; the ``layers`` subtree is stacked over layers and run with
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp

@@ -125,23 +125,13 @@ def load_config(path_or_name) -> Config:
 
 
 def _weight_file(directory: pathlib.Path) -> pathlib.Path:
-  for name in ("model.safetensors", "model.safetensors.index.json", "flax_model.msgpack"):
-    if (directory / name).is_file():
-      return directory / name
-  singles = sorted(directory.glob("*.safetensors"))
-  if len(singles) == 1:
-    return singles[0]
-  pickles = sorted(p for p in directory.iterdir() if files.is_pickle(p))
-  if pickles:
-    files.refuse_pickle(pickles[0])
-  raise LimitsError(f"{directory}: no model.safetensors, model.safetensors.index.json or "
-                    "flax_model.msgpack found")
+  return files.find_weight_file(directory, ("model.safetensors", "model.safetensors.index.json",
+                                            "flax_model.msgpack"))
 
 
 def _normalise_names(raw: dict[str, np.ndarray], config: Config,
                      source: pathlib.Path) -> dict[str, np.ndarray]:
   """Strips the ``transformer.`` prefix, drops buffers, checks presence/shape/finiteness."""
-  import jax.numpy as jnp
 
   expected = model_lib.checkpoint_shapes(config)
   flat, unexpected = {}, []
@@ -171,15 +161,7 @@ def _normalise_names(raw: dict[str, np.ndarray], config: Config,
     more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
     raise LimitsError(f"{source}: unexpected tensors {', '.join(unexpected[:3])}{more} "
                       "(config.json does not match the weights, or not a GPT-2 checkpoint)")
-  for name, shape in expected.items():
-    value = flat[name]
-    if tuple(value.shape) != shape:
-      raise LimitsError(f"{source}: {name} has shape {tuple(value.shape)}, config expects "
-                        f"{shape}")
-    if not jnp.issubdtype(value.dtype, jnp.floating):  # ml_dtypes-aware (bfloat16)
-      raise LimitsError(f"{source}: {name} has non-float dtype {value.dtype}")
-    if not np.all(np.isfinite(value.astype(np.float32) if value.dtype.itemsize < 4 else value)):
-      raise LimitsError(f"{source}: {name} contains non-finite values (NaN or inf)")
+  files.check_values(flat, expected, source)
   return flat
 
 

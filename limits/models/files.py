@@ -85,11 +85,41 @@ def read_json(path: pathlib.Path, what: str = "config.json") -> dict:
   return value
 
 
+def find_weight_file(directory: pathlib.Path, names: tuple[str, ...]) -> pathlib.Path:
+  """The first of ``names`` present in ``directory``, else its only ``*.safetensors``; a pickle
+  found instead is refused; nothing found is one line listing ``names``."""
+  for name in names:
+    if (directory / name).is_file():
+      return directory / name
+  singles = sorted(directory.glob("*.safetensors"))
+  if len(singles) == 1:
+    return singles[0]
+  pickles = sorted(p for p in directory.iterdir() if is_pickle(p))
+  if pickles:
+    refuse_pickle(pickles[0])
+  listed = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+  raise LimitsError(f"{directory}: no {listed} found")
+
+
+def check_values(flat: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]],
+                 source) -> None:
+  """Shape, float dtype and finiteness of every expected tensor present in ``flat``."""
+  import jax.numpy as jnp
+
+  for name, shape in expected.items():
+    value = flat[name]
+    if tuple(value.shape) != shape:
+      raise LimitsError(f"{source}: {name} has shape {tuple(value.shape)}, config expects "
+                        f"{shape}")
+    if not jnp.issubdtype(value.dtype, jnp.floating):  # ml_dtypes-aware (bfloat16)
+      raise LimitsError(f"{source}: {name} has non-float dtype {value.dtype}")
+    if not np.all(np.isfinite(value.astype(np.float32) if value.dtype.itemsize < 4 else value)):
+      raise LimitsError(f"{source}: {name} contains non-finite values (NaN or inf)")
+
+
 def check_tensors(flat: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]],
                   source, family: str) -> None:
   """Presence, shape, float dtype and finiteness of every expected tensor (LimitsError)."""
-  import jax.numpy as jnp
-
   missing = [n for n in expected if n not in flat]
   if missing:
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
@@ -100,15 +130,7 @@ def check_tensors(flat: dict[str, np.ndarray], expected: dict[str, tuple[int, ..
     more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
     raise LimitsError(f"{source}: unexpected tensors {', '.join(unexpected[:3])}{more} "
                       f"(config does not match the weights, or not a {family} checkpoint)")
-  for name, shape in expected.items():
-    value = flat[name]
-    if tuple(value.shape) != shape:
-      raise LimitsError(f"{source}: {name} has shape {tuple(value.shape)}, config expects "
-                        f"{shape}")
-    if not jnp.issubdtype(value.dtype, jnp.floating):  # ml_dtypes-aware (bfloat16)
-      raise LimitsError(f"{source}: {name} has non-float dtype {value.dtype}")
-    if not np.all(np.isfinite(value.astype(np.float32) if value.dtype.itemsize < 4 else value)):
-      raise LimitsError(f"{source}: {name} contains non-finite values (NaN or inf)")
+  check_values(flat, expected, source)
 
 
 def cast(flat: dict[str, np.ndarray], dtype) -> dict[str, np.ndarray]:

@@ -134,26 +134,14 @@ def _locate_path(spec: str, path: pathlib.Path) -> Location:
 # ----------------------------------------------------------------------------------------------
 # Llama checkpoint directories (HF layout).
 
-def _llama_weight_file(directory: pathlib.Path) -> pathlib.Path:
-  for name in ("model.safetensors", "model.safetensors.index.json"):
-    if (directory / name).is_file():
-      return directory / name
-  singles = sorted(directory.glob("*.safetensors"))
-  if len(singles) == 1:
-    return singles[0]
-  pickles = sorted(p for p in directory.iterdir() if files.is_pickle(p))
-  if pickles:
-    files.refuse_pickle(pickles[0])
-  raise LimitsError(f"{directory}: no model.safetensors or model.safetensors.index.json found")
-
-
 def _load_llama_dir(loc: Location, dtype):
   from limits.models.llama import model as llama_model
   from limits.models.llama.config import Config
 
   config = Config.from_hf(files.read_json(loc.directory / "config.json"),
                           source=str(loc.directory / "config.json"))
-  weights = loc.path if loc.kind == "file" else _llama_weight_file(loc.directory)
+  weights = loc.path if loc.kind == "file" else files.find_weight_file(
+      loc.directory, ("model.safetensors", "model.safetensors.index.json"))
   if weights.name.endswith(".msgpack"):
     raise LimitsError(f"{weights}: Flax msgpack is supported for GPT-2 only; give safetensors")
   raw = (files.read_sharded(weights) if weights.name.endswith(".index.json")

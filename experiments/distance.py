@@ -144,15 +144,15 @@ def main(argv):
     with Progress(total, f"distance {mode}", unit="layer") as bar:
       for L in lengths:
         t0 = time.perf_counter()
+        # The paper's printed E (both readings of x̄) and the reconstruction with N/L, from the
+        # same forward, so every reading of the claims can be judged.
+        extra = dist_lib.PrintedExpectations(ns)
         stats = evaluator.head_stats(tokens_by_l[L], ns, n_cap=max(ns), bound=True,
-                                     on_layer=lambda: bar.update(1))
+                                     on_layer=lambda: bar.update(1), layer_hook=extra)
         state["timings"][f"L={L}"] = time.perf_counter() - t0
         rows, summ, ks = dist_lib.tabulate(stats, L, ns, n_layer, model.config.n_head,
                                            form=FLAGS.form)
-        # The paper's printed E (both readings of x̄) and the reconstruction with N/L, beside
-        # the default reconstruction, so every reading of the claims can be judged.
-        extra = evaluator.printed_expectations(tokens_by_l[L], ns)
-        dist_lib.add_head_means(rows, summ, extra, ns)
+        dist_lib.add_head_means(rows, summ, extra.means(), ns)
         per_head_rows += rows
         summary_rows += summ
         state["ks"] += ks

@@ -459,6 +459,28 @@ def _token_embeddings(params, tok):
                     "(looked for 'wte' and 'embed_tokens')")
 
 
+class PrintedExpectations:
+  """A ``layer_hook`` for :meth:`ModelEvaluator.head_stats`: token-averaged printed E (both x̄
+  readings) and reconstructed E with p = N/L per head (``limits.printed.layer_expectation_means``
+  on each layer), averaged over windows; ``means()`` -> ``{name: (n_layer·H, K)}``."""
+
+  def __init__(self, ns: Sequence[int]):
+    self.ns = [int(n) for n in ns]
+    self.parts: dict[int, list] = {}
+
+  def __call__(self, window, weights, x):
+    from limits import printed
+
+    xh = np.broadcast_to(x[:, None], weights.shape[:2] + x.shape[1:]) if x.ndim == 3 else x
+    self.parts.setdefault(window, []).append(
+        printed.layer_expectation_means(weights[0], xh[0], self.ns))
+
+  def means(self) -> dict[str, np.ndarray]:
+    per_window = [{k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+                  for parts in self.parts.values()]
+    return {k: sum(w[k] for w in per_window) / len(per_window) for k in per_window[0]}
+
+
 class ModelEvaluator:
   """Streams a model (any family of ``limits.models``) layer by layer, reducing every head.
 
@@ -494,27 +516,13 @@ class ModelEvaluator:
       yield np.asarray(rec.weights, dtype), np.asarray(x, dtype)
       del rec
 
-  def printed_expectations(self, tokens, ns: Sequence[int]) -> dict[str, np.ndarray]:
-    """Token-averaged printed E (both x̄ readings) and reconstructed E with p = N/L per head,
-    ``{name: (n_layer·H, K)}`` averaged over the windows ``tokens (W, L)`` (layer-major heads);
-    ``limits.printed.layer_expectation_means`` on each layer, in ``self.dtype``."""
-    from limits import printed
-
-    total = None
-    for w in range(tokens.shape[0]):
-      parts = []
-      for weights, x in self._layers(tokens[w:w + 1], self.dtype):
-        xh = np.broadcast_to(x[:, None], weights.shape[:2] + x.shape[1:]) if x.ndim == 3 else x
-        parts.append(printed.layer_expectation_means(weights[0], xh[0], ns))
-      cat = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
-      total = cat if total is None else {k: total[k] + cat[k] for k in cat}
-    return {k: v / tokens.shape[0] for k, v in total.items()}
-
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
-                 bound: bool = True, on_layer=None, dtype=None) -> HeadStats:
+                 bound: bool = True, on_layer=None, dtype=None, layer_hook=None) -> HeadStats:
     """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads.
 
     ``n_cap`` is accepted for compatibility (every N is exact, whatever the cap).
+    ``layer_hook(window, weights (1, H, L, L), x)`` sees every layer's arrays of the same forward
+    (e.g. :class:`PrintedExpectations`), so other per-layer statistics need no second pass.
     """
     dtype = np.dtype(dtype) if dtype is not None else self.dtype
     tokens = jnp.asarray(tokens, jnp.int32)
@@ -525,6 +533,8 @@ class ModelEvaluator:
       for wts, x in self._layers(tokens[w:w + 1], dtype):
         hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype)
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
+        if layer_hook is not None:
+          layer_hook(w, wts, x)
         if on_layer is not None:
           on_layer()
       st = concat_heads(layers)

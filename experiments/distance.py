@@ -12,8 +12,9 @@ Modes (AMBIG-14 grids by default):
 Every query t uses its causal prefix (t visible keys), queries with t <= N are skipped and the
 first-token sink is kept (AMBIG-8); per head the values are token-averaged (over queries and
 ``--windows`` consecutive L-token corpus windows). Vectors x_i (AMBIG-7, ``--vectors``):
-``value`` = per-head value vectors (default), ``hidden`` = the layer's ln_1 output (shared by
-the heads), ``embedding`` = wte[token]. One forward per L (and per bisection step) serves every
+``value`` = per-head value vectors (default), ``key`` = per-head key vectors, ``hidden`` = the
+layer's normalised residual stream (ln_1 / input RMSNorm output, shared by the heads),
+``embedding`` = wte[token]. One forward per L (and per bisection step) serves every
 N; the model is streamed layer by layer.
 
 Outputs in ``--out_dir``: ``per_head.csv`` (one row per L, N, layer, head; both d̃ forms),
@@ -48,7 +49,8 @@ flags.DEFINE_string("ns", "", "Comma-separated top-N values; default 5 (vary_len
                     "1,5,10,20,100 (vary_n). Ignored by critical_n (it searches N).")
 flags.DEFINE_enum("form", "sum", ["sum", "norm"], "d̃ reading for the plots and KS (AMBIG-1); "
                   "both are always computed and written.")
-flags.DEFINE_enum("vectors", "value", ["value", "hidden", "embedding"], "Vectors x_i (AMBIG-7).")
+flags.DEFINE_enum("vectors", "value", ["value", "key", "hidden", "embedding"],
+                  "Vectors x_i (AMBIG-7).")
 flags.DEFINE_enum("inclusion", "n_over_l_minus_1", ["n_over_l_minus_1", "n_over_l"],
                   "Inclusion probability in E (AMBIG-3).")
 flags.DEFINE_float("ks_alpha", 0.01, "KS significance level (AMBIG-9).")

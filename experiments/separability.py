@@ -6,8 +6,9 @@ Two sources of (weights, vectors):
   fresh points uniform on S^{dim-1}(M) for each of ``--samples`` Monte Carlo samples (the same
   points for every N and every row: common random numbers).
 - ``--source=model``: a GPT-2-architecture model (``--model``; default the embedded "tiny"),
-  ``--windows`` windows of L corpus tokens; per head, value vectors projected onto the sphere
-  (AMBIG-7) and the attention rows of every query with its causal prefix; queries with t <= N
+  ``--windows`` windows of L corpus tokens; per head, the vectors ``--vectors`` (AMBIG-7: value
+  vectors by default, key vectors, or the layer's normalised residual stream shared by the
+  heads) projected onto the sphere, and the attention rows of every query with its causal prefix; queries with t <= N
   visible keys are skipped (AMBIG-8); averaged per head (and over windows).
 
 Writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
@@ -47,6 +48,8 @@ flags.DEFINE_integer("windows", 1, "Model source: number of L-token corpus windo
 flags.DEFINE_string("text", None, "Model source: a text file to use instead of the corpus.")
 flags.DEFINE_string("data_dir", None, "Model source: folder with war_and_peace.txt "
                     "(else $LIMITS_DATA_DIR).")
+flags.DEFINE_enum("vectors", "value", ["value", "key", "hidden"], "Model source: vectors x_i "
+                  "(AMBIG-7), projected onto the sphere.")
 flags.DEFINE_enum("rule", "strict", ["strict", "literal"], "Counting rule (AMBIG-10).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_bool("x64", True, "Use float64 (default: float32 rounding biases N_s/N down, "
@@ -64,7 +67,7 @@ for _name in ("radius", "alpha_temperature", "zipf_s"):
 EXPERIMENT = "separability"
 CONFIG_FLAGS = ("source", "n_values", "length", "radius", "dim", "samples", "alpha_kind",
                 "alpha_temperature", "zipf_s", "heads", "chunk", "model", "windows", "text",
-                "data_dir", "rule", "seed", "x64", "devices")
+                "data_dir", "rule", "seed", "x64", "devices", "vectors")
 
 
 def _grid(length: int, source: str) -> list[int]:
@@ -149,7 +152,7 @@ def _run_model(out_dir, ns):
   import jax.numpy as jnp
   import numpy as np
 
-  from limits import models
+  from limits import distance, models
   from limits import separability as sp
   from limits import sources
   from limits.progress import Progress
@@ -164,7 +167,7 @@ def _run_model(out_dir, ns):
   dtype = jnp.float64 if FLAGS.x64 else jnp.float32
   ns_arr = jnp.asarray(ns, jnp.int32)
   meta = {"source": "model", "model": model.info(), "L": FLAGS.length, "M": FLAGS.radius,
-          "windows": FLAGS.windows, "vectors": "per-head value vectors on the sphere (AMBIG-7)",
+          "windows": FLAGS.windows, "vectors": f"{FLAGS.vectors} vectors on the sphere (AMBIG-7)",
           "queries": "all queries, causal prefix, t <= N skipped (AMBIG-8)",
           "rule": FLAGS.rule}
   title = f"model {model.name}, L={FLAGS.length}, {FLAGS.windows} window(s), {NL * H} heads"
@@ -196,7 +199,10 @@ def _run_model(out_dir, ns):
       last = FLAGS.windows - 1
       for layer, rec in models.iter_layers(model.params, tokens[w:w + 1], cfg):
         weights = np.asarray(rec.weights[0], dtype)                    # (H, L, L)
-        v = rec.v[0].astype(dtype)                                     # (H, L, d_head)
+        x = distance.record_vectors(rec, FLAGS.vectors)[0].astype(dtype)
+        if x.ndim == 2:                                                # hidden: (L, D) shared
+          x = jnp.broadcast_to(x[None], (H,) + x.shape)
+        v = x                                                          # (H, L, d)
         del rec
         srt = sp.sort_rows_host(weights)                               # one sort per row
         sums[layer] += np.asarray(sp.layer_sums(weights, v, ns_arr, FLAGS.radius,

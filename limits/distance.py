@@ -431,13 +431,16 @@ def token_means(st: HeadStats) -> dict[str, jax.Array]:
 # (B, H, L, L), ``.v`` (B, H, L, d_head) and ``.x`` (B, L, D), as ``limits.models.iter_layers``
 # yields them; the models package is imported only here, lazily.
 
-VECTORS = ("value", "hidden", "embedding")
+VECTORS = ("value", "key", "hidden", "embedding")
 
 
 def record_vectors(rec, vectors: str, embeddings=None):
-  """x_i for one layer record (AMBIG-7): value (B,H,L,d), hidden ln_1 output or wte (B,L,D)."""
+  """x_i for one layer record (AMBIG-7): value or key (B,H,L,d) per query head, the layer's
+  normalised residual stream (hidden, the attention block's input) or wte (B,L,D)."""
   if vectors == "value":
     return rec.v
+  if vectors == "key":
+    return rec.k
   if vectors == "hidden":
     return rec.x
   if vectors == "embedding":
@@ -565,7 +568,7 @@ class ModelEvaluator:
     tokens = jnp.asarray(tokens, jnp.int32)
     W, L = tokens.shape
     c = self.config
-    d = c.n_embd if self.vectors != "value" else c.d_head
+    d = c.d_head if self.vectors in ("value", "key") else c.n_embd
     per_layer = c.n_head * L * (2 * L + d) * self.ks_dtype.itemsize
     if W * c.n_layer * per_layer > self.cache_bytes:
       return None
@@ -819,112 +822,116 @@ def thresholds(weights, ns: Sequence[int]) -> Thresholds:
   return thresholds_from_sorted(weights, sort_rows(weights), ns)
 
 
-def _select(a, thr, cut, vis, pos):
-  """(L, L) selected keys for one N: thr, cut (L,) per row; vis (L, L) causal."""
-  return vis & ((a > thr[:, None]) | ((a == thr[:, None]) & (pos[None, :] <= cut[:, None])))
+def _select(a, thr, cut, vis, kpos):
+  """(R, K) selected keys for one N: thr, cut (R,) per row; vis (R, K) causal; kpos (K,)."""
+  return vis & ((a > thr[:, None]) | ((a == thr[:, None]) & (kpos[None, :] <= cut[:, None])))
 
 
-def _head_rows(a, x, thr, cut, ns, *, caps: tuple, inclusion: str, bound: bool,
-               row_block: int) -> RowStats:
-  """RowStats (L, K) of every query of one head (Theorem 1 part 1 and 2, matrix form).
+def _block_rows(a, x, thr, cut, ns, lo, *, caps: tuple, inclusion: str, bound: bool,
+                row_block: int) -> RowStats:
+  """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form).
 
-  a: (L, L) causal weights (0 above the diagonal); x: (L, d); thr, cut: (L, K); ns: (K,);
-  caps: static (K,) upper bounds of the N values (the size of the d_1 gather).
+  a: (R, C) their causal weights over the keys 0 … C − 1 they can see (C = lo + R: a causal
+  block reads only its prefix); x: (C, d); thr, cut: (R, K); ns: (K,); caps: static (K,) upper
+  bounds of the N values (the size of the d_1 gather).
   """
-  L = a.shape[-1]
+  R, C = a.shape
   dt = a.dtype
-  pos = jnp.arange(L)
-  vis = pos[None, :] <= pos[:, None]  # (L, L)
+  kpos = jnp.arange(C)
+  qpos = lo + jnp.arange(R)
+  vis = kpos[None, :] <= qpos[:, None]  # (R, C)
   a = jnp.where(vis, a, 0.0)
-  t = (pos + 1).astype(dt)  # (L,) visible keys per query
-  n2 = jnp.sum(x * x, axis=-1)  # (L,)
-  w2 = a * a * n2[None, :]  # (L, L) α_i²‖x_i‖²
-  m = jnp.sum(a, axis=-1)  # (L,) row mass
-  s_all = a @ x  # (L, d)
-  c_all = s_all @ x.T  # (L, L) ⟨x_i, s_all⟩
-  q_all = jnp.sum(s_all * s_all, axis=-1)  # (L,)
+  t = (qpos + 1).astype(dt)  # (R,) visible keys per query
+  n2 = jnp.sum(x * x, axis=-1)  # (C,)
+  w2 = a * a * n2[None, :]  # (R, C) α_i²‖x_i‖²
+  m = jnp.sum(a, axis=-1)  # (R,) row mass
+  s_all = a @ x  # (R, d)
+  c_all = s_all @ x.T  # (R, C) ⟨x_i, s_all⟩
+  q_all = jnp.sum(s_all * s_all, axis=-1)  # (R,)
   nf = ns.astype(dt)  # (K,)
   if inclusion == "n_over_l_minus_1":
     p = nf[None, :] / jnp.maximum(t - 1.0, 1.0)[:, None]
   else:
     p = nf[None, :] / t[:, None]
-  p = jnp.clip(p, 0.0, 1.0)  # (L, K)
-  pref = (t[:, None] - nf[None, :]) / t[:, None]  # (L, K)
-  ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (L,)
-  w2_tot = jnp.sum(w2, axis=-1)  # (L,)
+  p = jnp.clip(p, 0.0, 1.0)  # (R, K)
+  pref = (t[:, None] - nf[None, :]) / t[:, None]  # (R, K)
+  ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (R,)
+  w2_tot = jnp.sum(w2, axis=-1)  # (R,)
   if bound:
     gram = x @ x.T
-    dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (L, L) ‖x_j − x_i‖²
+    dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (C, C) ‖x_j − x_i‖²
   cols = []
   for k in range(ns.shape[0]):
-    sel = _select(a, thr[:, k], cut[:, k], vis, pos)  # (L, L)
+    sel = _select(a, thr[:, k], cut[:, k], vis, kpos)  # (R, C)
     rest = vis & ~sel
     a_sel = jnp.where(sel, a, 0.0)
-    s = a_sel @ x  # (L, d)
-    c = s @ x.T  # (L, L)
-    s2 = jnp.sum(s * s, axis=-1)  # (L,)
+    s = a_sel @ x  # (R, d)
+    c = s @ x.T  # (R, C)
+    s2 = jnp.sum(s * s, axis=-1)  # (R,)
     d_sum = jnp.sum(jnp.where(rest, _sqrt0(w2 - 2.0 * a * c + s2[:, None]), 0.0), axis=-1)
     u = s_all - 2.0 * s  # Σ_{rest} α_i x_i − s
     d_norm = _sqrt0(jnp.sum(u * u, axis=-1))
     alpha_bar = jnp.sum(a_sel, axis=-1)
-    pk = p[:, k:k + 1]  # (L, 1)
+    pk = p[:, k:k + 1]  # (R, 1)
     e_terms = (1 + pk) ** 2 * w2 - 2 * pk * (1 + pk) * a * c_all + pk * pk * q_all[:, None]
     expected = pref[:, k] * jnp.sum(jnp.where(vis, _sqrt0(e_terms), 0.0), axis=-1)
     var = (p[:, k] * (1 - p[:, k]) * ratio)[:, None] * (w2_tot[:, None] - w2)
     gap = pref[:, k] * jnp.sum(jnp.where(vis, _sqrt0(var), 0.0), axis=-1)
     if bound:
       r_n = _sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
-      d1 = _sqrt0(_d1_sq(sel, rest, dist2, n_cap=caps[k], row_block=row_block))
+      d1 = _sqrt0(_d1_sq(sel, rest, dist2, cap=min(caps[k], C), row_block=row_block))
       spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
       dmax_sum = (m - alpha_bar) * d1 + r_n * spread
       dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
     else:
       d1 = r_n = dmax_sum = dmax_norm = jnp.zeros_like(d_sum)
     cols.append((d_sum, d_norm, expected, gap, dmax_sum, dmax_norm, alpha_bar, d1, r_n))
-  counted = t[:, None] > nf[None, :]  # (L, K)
-  fields = [jnp.stack(f, axis=-1) for f in zip(*cols)]  # each (L, K)
+  counted = t[:, None] > nf[None, :]  # (R, K)
+  fields = [jnp.stack(f, axis=-1) for f in zip(*cols)]  # each (R, K)
   fields = [jnp.where(counted, f, 0.0) for f in fields]
   return RowStats(counted, *fields)
 
 
-def _d1_sq(sel, rest, dist2, *, n_cap: int, row_block: int, blocks: int = 4):
-  """d_1² per row: max ‖x_i − x_j‖² over selected j and non-selected visible i. (L,)
+def _d1_sq(sel, rest, dist2, *, cap: int, row_block: int):
+  """d_1² per row: max ‖x_i − x_j‖² over selected j and non-selected visible i. (R,)
 
-  The ≤ n_cap selected keys of each row are compacted to indices and their rows of the
-  per-head distance matrix gathered: n_cap·t work per query instead of t². Queries are taken
-  in ``blocks`` causal blocks so a block only reads the keys its queries can see.
+  sel, rest: (R, C); dist2: (C, C). The ≤ cap selected keys of each row are compacted to
+  indices and their rows of the distance matrix gathered: cap·C work per query instead of C².
   """
-  L = sel.shape[-1]
-  out = []
+  C = sel.shape[-1]
+  pos = jnp.arange(C, dtype=jnp.int32)
+
+  def one(args):
+    srow, rrow = args  # (C,) bool
+    slot = jnp.cumsum(srow) - 1
+    idx = jnp.zeros((cap,), jnp.int32).at[jnp.where(srow, slot, cap)].set(pos, mode="drop")
+    ok = jnp.arange(cap) < jnp.sum(srow)
+    v = jnp.where(ok[:, None] & rrow[None, :], dist2[idx], -jnp.inf)  # (cap, C)
+    best = jnp.max(v)
+    return jnp.where(jnp.isfinite(best), best, 0.0)
+
+  return lax.map(one, (sel, rest), batch_size=max(1, min(sel.shape[0], row_block)))
+
+
+def causal_blocks(L: int, blocks: int = 4) -> list[tuple[int, int]]:
+  """Query blocks [lo, hi) of a causal L × L layer; block b reads only keys < hi, so the
+  per-row work is Σ_b (hi − lo)·hi ≈ 0.62·L² for 4 blocks instead of L²."""
   edges = sorted({0, L} | {round(L * (b + 1) / blocks) for b in range(blocks)})
-  for lo, hi in zip(edges[:-1], edges[1:]):
-    pos = jnp.arange(hi, dtype=jnp.int32)
-    cap = min(n_cap, hi)
-    d2 = dist2[:hi, :hi]
-
-    def one(args, cap=cap, d2=d2, pos=pos):
-      srow, rrow = args  # (hi,) bool
-      slot = jnp.cumsum(srow) - 1
-      idx = jnp.zeros((cap,), jnp.int32).at[jnp.where(srow, slot, cap)].set(pos, mode="drop")
-      ok = jnp.arange(cap) < jnp.sum(srow)
-      v = jnp.where(ok[:, None] & rrow[None, :], d2[idx], -jnp.inf)  # (cap, hi)
-      best = jnp.max(v)
-      return jnp.where(jnp.isfinite(best), best, 0.0)
-
-    out.append(lax.map(one, (sel[lo:hi, :hi], rest[lo:hi, :hi]),
-                       batch_size=max(1, min(hi - lo, row_block))))
-  return jnp.concatenate(out)
+  return list(zip(edges[:-1], edges[1:]))
 
 
 @functools.partial(jax.jit, static_argnames=("caps", "inclusion", "bound", "row_block"))
 def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, bound: bool,
                   row_block: int):
   """HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d), thr/cut (G, L, K)."""
+  L = weights.shape[-1]
 
   def per_head(args):
     a, xh, th, ct = args
-    rows = _head_rows(a, xh, th, ct, ns, caps=caps, inclusion=inclusion, bound=bound,
-                      row_block=row_block)
+    parts = [_block_rows(a[lo:hi, :hi], xh[:hi], th[lo:hi], ct[lo:hi], ns, lo, caps=caps,
+                         inclusion=inclusion, bound=bound, row_block=row_block)
+             for lo, hi in causal_blocks(L)]
+    rows = RowStats(*[jnp.concatenate(f, axis=0) for f in zip(*parts)])
     return _reduce_rows(rows)
 
   return lax.map(per_head, (weights, x, thr, cut))

@@ -16,50 +16,51 @@ _LOGITS_TAG = 0x6C6F6769   # "logi"
 
 
 def gradient_logits(run_key, rows: int, length: int, dtype=None):
-  """The synthetic logit rows of the ``gradient`` experiment: standard Gaussians (rows, length)
-  from ``fold_in(run_key, _LOGITS_TAG)``, shared by every cell of a run; cells scale them by
-  ``logit_scale``."""
+  """The synthetic logit rows of the ``gradient`` experiment at unit scale: (rows, length)
+  standard Gaussians from ``fold_in(run_key, _LOGITS_TAG)`` (``gradient_rows.synthetic_rows``
+  with scale 1), shared by every cell of a run; a cell's rows are ``logit_scale`` times these."""
   import jax
   import jax.numpy as jnp
 
+  from limits import gradient_rows
+
   dtype = dtype or jnp.result_type(float)
-  return jax.random.normal(jax.random.fold_in(run_key, _LOGITS_TAG), (rows, length), dtype)
+  return gradient_rows.synthetic_rows(jax.random.fold_in(run_key, _LOGITS_TAG), rows, length,
+                                      1.0, dtype)
 
 
 def _gradient_fn(static, params, keys, run_key):
   """Gradient sensitivity (Corollary 3, Algorithm 5) on synthetic logit rows.
 
-  Per cell: logits = logit_scale * Z with Z (rows, length) shared by the run; the normalizer is
-  applied to logits / T (``normalizers.get(normalizer)``; for softmax this is Eq. 2). Results:
-  ``g_mean``/``g_max`` over rows of g(T, eps) = ||fn(l + eps v) - fn(l)|| / eps
+  Per cell: logits = logit_scale * Z, Z (rows, length) standard Gaussians shared by the run
+  (``gradient_rows.synthetic_rows``, the CLI's synthetic source, here with the cell's scale);
+  the normalizer is applied to logits / T (``gradient_rows.row_fn``; for softmax this is
+  Eq. 2). Results: ``g_mean``/``g_max`` over rows of g(T, eps) = ||fn(l + eps v) - fn(l)|| / eps
   (``jacobians.fd_sensitivity``, a fresh unit direction v per row from the cell's key), and
-  ``jac_norm_mean``/``jac_norm_max`` of the exact Jacobian's spectral norm. ``jacobian``:
-  "dense" (softmax: the closed form (diag a - a a^T)/T, ``jacobians.softmax_closed_form``, then
-  ``spectral_norm``; others: ``jacobians.exact``; memory b x rows x L x L per device),
+  ``jac_norm_mean``/``jac_norm_max`` of the exact Jacobian's spectral norm
+  (``gradient_rows.row_norms``, as in the CLI). ``jacobian``: "dense" (softmax: the closed form
+  (diag a - a a^T)/T; others: jacfwd; then a dense SVD; memory b x rows x L x L per device),
   "secular" (softmax only: ``jacobians.softmax_closed_form_norm``, O(L) per row, for long rows)
   or "none" (no Jacobian outputs).
   """
   import jax
 
-  from limits import jacobians, normalizers
+  from limits import gradient_rows, jacobians
 
-  norm = normalizers.get(static["normalizer"])
+  name = static["normalizer"]
   T, eps, scale = params["temperature"], params["epsilon"], params["logit_scale"]  # (b,)
-  Z = gradient_logits(run_key, static["rows"], static["length"], T.dtype)  # (R, L)
+  key_z = jax.random.fold_in(run_key, _LOGITS_TAG)
 
   def one(t, e, c, key):
-    logits = c * Z  # (R, L)
-    fn = lambda l: norm(l / t)
-    g = jacobians.fd_sensitivity(fn, logits, e, key)  # (R,)
+    logits = gradient_rows.synthetic_rows(key_z, static["rows"], static["length"], c,
+                                          T.dtype)  # (R, L), c * Z
+    g = jacobians.fd_sensitivity(gradient_rows.row_fn(name, {}, t), logits, e, key)  # (R,)
     out = {"g_mean": g.mean(), "g_max": g.max()}
     if static["jacobian"] == "none":
       return out
-    if static["jacobian"] == "secular":
-      jn = jacobians.softmax_closed_form_norm(logits, t)  # (R,), O(L) per row
-    elif static["normalizer"] == "softmax":
-      jn = jacobians.spectral_norm(jacobians.softmax_closed_form(logits, t))  # (R, L, L) -> (R,)
-    else:
-      jn = jacobians.spectral_norm(jacobians.exact(fn, logits))
+    how = {"secular": "secular"}.get(static["jacobian"],
+                                     "closed" if name == "softmax" else "jacfwd")
+    jn = gradient_rows.row_norms(name, {}, logits, t, how=how)  # (R,)
     out.update(jac_norm_mean=jn.mean(), jac_norm_max=jn.max())
     return out
 

@@ -28,14 +28,17 @@ class Step:
   """One experiment command: ``python -m <module> <full or quick flags>`` into ``OUT/<name>``.
 
   ``uses_model`` steps also get ``--model``, ``--windows`` and the corpus flags, and have their
-  lengths fitted to the model's context (:func:`fit_to_context`).
+  lengths fitted to the model's context (:func:`fit_to_context`). A ``reading`` step reruns the
+  step it names under another option of an ambiguity, ``(base step, AMBIG-n, option)``: the
+  claims decided by the base step are judged on its outputs under that option.
   """
 
   name: str
   module: str
-  full: tuple[str, ...]   # the paper's settings (PAPER.md §3)
+  full: tuple[str, ...]   # the paper's settings (docs/claims.md)
   quick: tuple[str, ...]  # a few minutes on 2 CPU cores
   uses_model: bool = True
+  reading: Optional[tuple[str, str, str]] = None
 
 
 STEPS = (
@@ -65,6 +68,21 @@ STEPS = (
          ("--source=model", "--length=1024", "--n_values=1,2,4,8,16,32,64,128"),
          ("--source=model", "--length=256", "--n_values=1,2,4,8,16,32,64,128")),
 )
+# AMBIG-7: the vectors x_i of Theorems 1 and 2 are the per-head value vectors by default; the
+# other two readings (per-head keys, the layer's normalised residual stream) rerun every step
+# whose claims depend on x_i, appended so the default-reading steps come first.
+VECTOR_READINGS = (("key", "--vectors=key"), ("hidden", "--vectors=hidden"))
+
+
+def _reading_steps(base: Step, ambig: str, options) -> tuple[Step, ...]:
+  return tuple(dataclasses.replace(base, name=f"{base.name}_{key}", full=base.full + (flag,),
+                                   quick=base.quick + (flag,), reading=(base.name, ambig, key))
+               for key, flag in options)
+
+
+STEPS += tuple(alt for base in STEPS
+               if base.name.startswith("distance") or base.name == "separability_model"
+               for alt in _reading_steps(base, "AMBIG-7", VECTOR_READINGS))
 STEP_NAMES = tuple(s.name for s in STEPS)
 
 
@@ -127,8 +145,9 @@ def step_args(step: Step, settings: Settings, ctx: Optional[int] = None) -> list
 
 
 def claims_of(step: str) -> tuple[str, ...]:
-  """The ids of the claims a step's results decide."""
-  return tuple(c.id for c in claims.CLAIMS if c.step == step)
+  """The ids of the claims a step's results decide (a reading step: those of its base step)."""
+  base = next((s.reading[0] for s in STEPS if s.name == step and s.reading), step)
+  return tuple(c.id for c in claims.CLAIMS if c.step == base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,33 +214,43 @@ def assess_all(out: Path, step_status: Mapping[str, Mapping[str, Any]],
 
   A claim whose step was not asked for is "not run (step X not run: --only)"; one whose step
   failed is "not run (step X failed)"; one whose step's results.json cannot be read says so.
+  The reading steps of a claim's step (``Step.reading``) give its verdicts under those options;
+  a reading step that did not run leaves that reading "not testable" with the reason.
   """
   cache: dict[str, Any] = {}
-  out_list = []
-  for c in claims.CLAIMS:
-    st = step_status.get(c.step)
+
+  def summary_of(name: str) -> Any:
+    """The step's summary, or a string saying why there is none."""
+    if name in cache:
+      return cache[name]
+    st = step_status.get(name)
     if st is None:
-      out_list.append(claims.not_run(c, f"not run (step {c.step} not run: --only)"))
-      continue
-    if st.get("status") != "ok":
-      out_list.append(claims.not_run(c, f"not run (step {c.step} {st.get('status', 'failed')})"))
-      continue
-    if c.step not in cache:
-      step_dir = Path(out) / c.step
+      cache[name] = f"not run (step {name} not run: --only)"
+    elif st.get("status") != "ok":
+      cache[name] = f"not run (step {name} {st.get('status', 'failed')})"
+    else:
+      step_dir = Path(out) / name
       try:
         results = load_results(step_dir)
       except Unreadable as e:
-        cache[c.step] = e
+        cache[name] = f"not run (step {name}: {e})"
       else:
         ctx = dict(context or {})
-        if not next((s.uses_model for s in STEPS if s.name == c.step), True):
+        if not next((s.uses_model for s in STEPS if s.name == name), True):
           ctx.pop("windows", None)
-        cache[c.step] = claims.summarize(c.step, results, load_tables(step_dir), ctx)
-    summary = cache[c.step]
-    if isinstance(summary, Unreadable):
-      out_list.append(claims.not_run(c, f"not run (step {c.step}: {summary})"))
-    else:
-      out_list.append(claims.assess(c, summary))
+        base = next((s.reading[0] for s in STEPS if s.name == name and s.reading), name)
+        cache[name] = claims.summarize(base, results, load_tables(step_dir), ctx)
+    return cache[name]
+
+  out_list = []
+  for c in claims.CLAIMS:
+    summary = summary_of(c.step)
+    if isinstance(summary, str):
+      out_list.append(claims.not_run(c, summary))
+      continue
+    alternates = {(s.reading[1], s.reading[2]): summary_of(s.name)
+                  for s in STEPS if s.reading and s.reading[0] == c.step}
+    out_list.append(claims.assess(c, summary, alternates))
   return out_list
 
 

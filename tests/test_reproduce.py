@@ -61,12 +61,18 @@ def test_quick_end_to_end_and_resume(model_dir, tmp_path):
   crit = {x["reading"]: x for x in by_id["fig2c-critical-n"]["readings"]}
   first = next(iter(crit.values()))
   assert first["verdict"] == claims.NOT_TESTABLE and "cannot reject" in first["reason"]
+  # The AMBIG-7 reruns were judged: the key and residual-stream readings have verdicts.
+  for cid in ("thm1-bound", "fig2b-plateau", "fig3-band"):
+    got = {x["reading"]: x["verdict"] for x in by_id[cid]["readings"]}
+    for what in ("per-head key vectors", "normalised residual stream"):
+      judged = [v for lab, v in got.items() if what in lab]
+      assert judged and all(v in (claims.HOLDS, claims.FAILS) for v in judged), (cid, got)
   # The tally counts the paper's claims only, each once.
   counted = [c for c in claims.CLAIMS if c.kind == claims.PAPER and not c.derived_from]
   assert sum(res["tally"].values()) == len(counted)
   # Every model step's lengths were clipped to n_positions = 64 and its N grids below L.
   model_steps = [s["command"].split() for s in steps.values() if "--model=" in s["command"]]
-  assert len(model_steps) == 6
+  assert len(model_steps) == 6 + 8  # and the AMBIG-7 key / hidden reruns of 4 of them
   for args in model_steps:
     for arg in args:
       name, _, value = arg.partition("=")

@@ -1,0 +1,111 @@
+"""Scorecard metrics over recorded arrays (pure): Lemma 1 (max α·t, exact zeros), Theorem 1
+(d̃, critical N), Theorem 2 (N_s/N plateau), and the seeded rows the Jacobians are taken on."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def lemma1_rows(weights, lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+  """For causal weights (..., L, L) and prefixes t: max α·t (..., K) and the share of exactly
+  zero weights (..., K) among the t visible keys of query t−1."""
+  w = np.asarray(weights)
+  mx, zs = [], []
+  for t in lengths:
+    row = w[..., t - 1, :t]
+    mx.append(row.max(axis=-1) * t)
+    zs.append(np.mean(row == 0, axis=-1))
+  return np.stack(mx, axis=-1), np.stack(zs, axis=-1)
+
+
+def lemma1_summary(max_al, zero_share, lengths: Sequence[int]) -> dict:
+  """Per-t median of max α·t, mean zero share, and the log-log slope of the median vs t."""
+  from limits import stats
+
+  m = np.asarray(max_al, np.float64).reshape(-1, len(lengths))
+  z = np.asarray(zero_share, np.float64).reshape(-1, len(lengths))
+  med = np.median(m, axis=0)
+  fit = stats.linear_fit(np.log10(lengths), np.log10(np.maximum(med, 1e-300)))
+  return {"lengths": list(lengths), "median_max_aL": med.tolist(),
+          "zero_share": z.mean(axis=0).tolist(), "slope_loglog": fit["slope"],
+          "n_per_length": int(m.shape[0])}
+
+
+def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: float = 0.01,
+                     batch: int = 4) -> dict:
+  """Theorem 1 on per-layer ``(weights (W, H, L, L), x (W, H, L, d))`` arrays (float32).
+
+  Per-head token-averaged d̃ (sum form) and E at each N of ``ns_report`` < L (median over
+  heads), and Algorithm 3's critical N over [1, L−1] (KS on per-head d̄ vs Ē at level alpha,
+  batch bisection; ``stats.critical_n``).
+  """
+  from limits import distance, stats
+
+  srt = [distance.sort_rows(w) for w, _ in layers]
+
+  def head_means(ns):
+    padded = list(ns) + [ns[-1]] * (batch - len(ns))
+    parts = [distance.reduce_windows(distance.layer_stats(w, x, padded, bound=False,
+                                                          sorted_rows=s))
+             for (w, x), s in zip(layers, srt)]
+    m = distance.token_means(distance.concat_heads(parts))
+    return {k: np.asarray(v)[:, :len(ns)] for k, v in m.items()}
+
+  def pvalues(ns):
+    m = head_means(ns)
+    return [stats.ks_2samp(m["d_sum"][:, k], m["expected"][:, k]).pvalue
+            for k in range(len(ns))]
+
+  report = [int(n) for n in ns_report if n < length]
+  out: dict[str, Any] = {"d_sum_median": {}, "expected_median": {}}
+  if report:
+    m = head_means(report)
+    for k, n in enumerate(report):
+      out["d_sum_median"][str(n)] = float(np.nanmedian(m["d_sum"][:, k]))
+      out["expected_median"][str(n)] = float(np.nanmedian(m["expected"][:, k]))
+  crit = stats.critical_n(pvalues, 1, length - 1, alpha=alpha, method="bisect", batch=batch)
+  out.update({"critical_n": crit.n,
+              "critical_n_over_L": None if crit.n is None else crit.n / length,
+              "ks": crit.as_dict(), "heads": int(sum(w.shape[1] for w, _ in layers)),
+              "windows": int(layers[0][0].shape[0]) if layers else 0})
+  return out
+
+
+def separability_sums(weights, v, ns: Sequence[int], radius: float) -> np.ndarray:
+  """``separability.layer_sums`` for one layer of one window: (H, K, F) sums."""
+  from limits import separability
+
+  return np.asarray(separability.layer_sums(jnp.asarray(weights), jnp.asarray(v),
+                                            jnp.asarray(ns, jnp.int32), radius))
+
+
+def separability_summary(sums, ns: Sequence[int]) -> dict:
+  """From (heads, K, F) sums over windows: per-head N_s/N per N, the plateau (mean over N) per
+  head, its median and IQR over heads."""
+  from limits import separability
+
+  s = np.asarray(sums, np.float64)
+  fi, ci = separability.LAYER_FIELDS.index("frac"), separability.LAYER_FIELDS.index("count")
+  frac = s[..., fi] / np.maximum(s[..., ci], 1)  # (heads, K)
+  plateau = frac.mean(axis=-1)
+  q25, med, q75 = np.percentile(plateau, [25, 50, 75])
+  return {"ns": list(ns), "plateau_median": float(med), "plateau_q25": float(q25),
+          "plateau_q75": float(q75), "median_by_n": np.median(frac, axis=0).tolist(),
+          "heads": int(frac.shape[0])}
+
+
+def sample_rows(n_windows: int, n_layers: int, n_heads: int, length: int, rows: int,
+                seed: int) -> np.ndarray:
+  """(R, 4) int rows (window, layer index, head, query) uniform over queries with t ≥ 2
+  (``default_rng(seed)``, without replacement, sorted)."""
+  per = n_layers * n_heads * (length - 1)
+  total = n_windows * per
+  rng = np.random.default_rng(seed)
+  flat = np.sort(rng.choice(total, size=min(rows, total), replace=False))
+  w, rem = np.divmod(flat, per)
+  li, rem = np.divmod(rem, n_heads * (length - 1))
+  h, q = np.divmod(rem, length - 1)
+  return np.stack([w, li, h, q + 1], axis=-1)

@@ -8,7 +8,7 @@ limitations, the LM loss and the forward time on held-out War and Peace windows.
 
 Writes scorecard.md (table + one sentence per candidate), scorecard.json (= results.json),
 scorecard.csv and scorecard.png. Every calibration step and finished row is kept under
-parts/; rerunning the same command resumes. Definitions: ``limits/scorecard.py``.
+parts/; rerunning the same command resumes. Definitions: ``limits/scorecard/``.
 """
 
 from __future__ import annotations

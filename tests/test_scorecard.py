@@ -1,4 +1,4 @@
-"""The normalizer scorecard (limits/scorecard.py, experiments/scorecard.py).
+"""The normalizer scorecard (limits/scorecard/, experiments/scorecard.py).
 
 Each metric is compared with something computed independently (the normalizers called
 directly, closed forms, per-row reference functions), so a wrong swap, scale or reduction fails.

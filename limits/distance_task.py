@@ -1,0 +1,185 @@
+"""The ``distance`` experiment (Algorithms 1-3, Figure 2): Theorem 1 on a model's attention.
+
+:class:`DistanceConfig` holds one run's settings (the CLI's flags, same names and defaults);
+:func:`run` loads the model and the corpus windows, evaluates every head
+(:class:`limits.distance_model.ModelEvaluator`) and writes ``per_head.csv``, ``summary.csv``,
+``critical_n.csv``, ``fig2_<mode>.png`` and ``results.json`` (rewritten after every L, so an
+interrupted run keeps what finished). The modes, vector readings (AMBIG-7) and query handling
+(AMBIG-8) are those of docs/ambiguities.md; the claims judged are in docs/claims.md.
+
+- ``vary_length`` (Alg. 1, Fig. 2a): N = 5, L over ``lengths``.
+- ``vary_n`` (Alg. 2, Fig. 2b): L = min(1024, context), N ∈ {1, 5, 10, 20, 100}.
+- ``critical_n`` (Alg. 3, Fig. 2c): per L, the smallest N whose KS test of the per-head d̃ vs E
+  does not reject at ``ks_alpha`` (AMBIG-9).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from limits import cli
+from limits.errors import check
+
+EXPERIMENT = "distance"
+MODES = ("vary_length", "vary_n", "critical_n")
+# The settings recorded in results.json "config" (out_dir and plot change no result).
+CONFIG_FLAGS = ("mode", "model", "text", "data_dir", "windows", "lengths", "ns", "form",
+                "vectors", "inclusion", "ks_alpha", "search", "batch", "max_n", "seed", "x64",
+                "ks_x64")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistanceConfig:
+  """One run's settings (the CLI's flags, same names and defaults)."""
+
+  mode: str = "vary_length"  # one of MODES
+  model: str = "tiny"  # 'tiny' (embedded), a GPT-2 name, or a model directory
+  text: str | None = None  # a text file instead of the corpus
+  data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
+  windows: int = 1  # consecutive L-token windows per L
+  lengths: str = ""  # comma-separated L; "" = the default grid of the mode
+  ns: str = ""  # comma-separated top-N; "" = 5 (vary_length) or 1,5,10,20,100 (vary_n)
+  form: str = "sum"  # d̃ reading for the plots and KS (AMBIG-1)
+  vectors: str = "value"  # x_i (AMBIG-7): value | key | hidden | embedding
+  inclusion: str = "n_over_l_minus_1"  # inclusion probability in E (AMBIG-3)
+  ks_alpha: float = 0.01  # KS significance level (AMBIG-9)
+  search: str = "bisect"  # critical_n: bisect | scan
+  batch: int = 8  # critical_n: Ns per forward pass
+  max_n: int | None = None  # critical_n: largest N searched (default L - 1)
+  seed: int = 0  # recorded; the computation is deterministic
+  x64: bool = True  # float64 where the bound is verified
+  ks_x64: bool = False  # critical_n: float64 for the KS-only search too
+  out_dir: str | None = None  # run directory (default results/distance/<time>)
+  plot: bool = True  # write the figure
+
+  def record(self) -> dict:
+    """results.json ``config``: the settings of :data:`CONFIG_FLAGS`, in that order."""
+    return {name: getattr(self, name) for name in CONFIG_FLAGS}
+
+
+def lengths_for(config: DistanceConfig, model) -> list[int]:
+  """The L grid: ``lengths``, else min(1024, context) for vary_n, else the paper's grid."""
+  ctx = model.config.n_positions
+  if config.mode == "vary_n" and not config.lengths.strip():
+    return [min(1024, ctx)]
+  return cli.parse_lengths(config.lengths, ctx, model.name, minimum=2)
+
+
+def ns_for(config: DistanceConfig, lengths) -> list[int]:
+  """The top-N grid (none for critical_n, which searches N); every N in [1, min(lengths))."""
+  if config.mode == "critical_n":
+    return []
+  default = "5" if config.mode == "vary_length" else "1,5,10,20,100"
+  ns = sorted(set(cli.parse_ints(config.ns or default, "ns")))
+  for n in ns:
+    check(n >= 1, f"--ns contains N={n}; every N must be >= 1")
+    check(n < min(lengths), f"--ns contains N={n} >= L={min(lengths)}; need N < L (queries "
+          "with t <= N have no non-selected key, AMBIG-8)")
+  return ns
+
+
+def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, state, flush):
+  """vary_length / vary_n: per L, the per-head statistics with the bound and the printed E."""
+  from limits import distance_model
+  from limits.progress import Progress
+
+  per_head_rows, summary_rows, _ = tables
+  state["ks"] = []
+  total = len(tokens_by_l) * config.windows * n_layer
+  with Progress(total, f"distance {config.mode}", unit="layer") as bar:
+    for L, tokens in tokens_by_l.items():
+      t0 = time.perf_counter()
+      # The paper's printed E (both readings of x̄) and the reconstruction with N/L, from the
+      # same forward, so every reading of the claims can be judged.
+      extra = distance_model.PrintedExpectations(ns)
+      stats = evaluator.head_stats(tokens, ns, n_cap=max(ns), bound=True,
+                                   on_layer=lambda: bar.update(1), layer_hook=extra)
+      state["timings"][f"L={L}"] = time.perf_counter() - t0
+      rows, summ, ks = distance_model.tabulate(stats, L, ns, n_layer, n_head, form=config.form)
+      distance_model.add_head_means(rows, summ, extra.means(), ns)
+      per_head_rows += rows
+      summary_rows += summ
+      state["ks"] += ks
+      flush()
+
+
+def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush):
+  """critical_n: per L, the KS search for the smallest N that does not reject."""
+  from limits.progress import Progress
+
+  crit = {}
+  state["critical"] = crit
+  with Progress(len(tokens_by_l), "distance critical_n", unit="L") as bar:
+    for L, tokens in tokens_by_l.items():
+      t0 = time.perf_counter()
+      n_hi = min(config.max_n or (L - 1), L - 1)
+      found = evaluator.critical_n(tokens, n_hi, alpha=config.ks_alpha, form=config.form,
+                                   method=config.search, batch=config.batch)
+      state["timings"][f"L={L}"] = time.perf_counter() - t0
+      crit[str(L)] = found.as_dict()
+      crit_rows.append({"L": L, "critical_n": found.n,
+                        "ratio": (found.n / L) if found.n else None,
+                        "probes": len(found.evaluated),
+                        "decisions_monotone": found.decisions_monotone,
+                        "pvalues_monotone": found.pvalues_monotone,
+                        "seconds": state["timings"][f"L={L}"]})
+      bar.update(1)
+      flush()
+
+
+def run(config: DistanceConfig):
+  """Runs the experiment and writes its outputs; returns the run directory.
+
+  Call :func:`limits.cli.setup_precision` first. Errors (bad lengths or Ns, a corpus too short
+  for the windows) are one-line ``LimitsError``\\ s raised before any compute.
+  """
+  import numpy as np
+
+  from limits import distance_model, distance_verdicts, sources
+  from limits import results as res
+
+  mode = config.mode
+  model = sources.load_model(config.model)
+  lengths = lengths_for(config, model)
+  ns = ns_for(config, lengths)
+  out_dir = res.prepare_out_dir(config.out_dir, EXPERIMENT)
+  record = config.record()
+  record.update({"lengths_used": lengths, "ns_used": ns, "model_info": model.info()})
+  # Windows first (cheap), so a too-short corpus fails before any compute.
+  tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
+                                           data_dir=config.data_dir) for L in lengths}
+  dtype = np.float64 if config.x64 else np.float32
+  ks_dtype = np.float64 if (config.x64 and config.ks_x64) else np.float32
+  evaluator = distance_model.ModelEvaluator(model.params, model.config, vectors=config.vectors,
+                                            inclusion=config.inclusion, dtype=dtype,
+                                            ks_dtype=ks_dtype)
+  record["dtype"] = np.dtype(dtype).name
+  record["ks_dtype"] = np.dtype(ks_dtype).name
+  per_head_rows, summary_rows, crit_rows = [], [], []
+  state = {"timings": {}, "per_l": {}}
+  t_start = time.perf_counter()
+
+  def flush(final=False):
+    res.write_csv(out_dir / "per_head.csv", per_head_rows) if per_head_rows else None
+    res.write_csv(out_dir / "summary.csv", summary_rows) if summary_rows else None
+    res.write_csv(out_dir / "critical_n.csv", crit_rows) if crit_rows else None
+    results = distance_verdicts.figure2_verdicts(mode, summary_rows, crit_rows, per_head_rows,
+                                                 form=config.form, ks_alpha=config.ks_alpha)
+    results.update({"complete": final, "timings_s": state["timings"],
+                    "wall_s": time.perf_counter() - t_start, "model": model.info(),
+                    "critical_n": state.get("critical"), "ks": state.get("ks")})
+    res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
+
+  if mode in ("vary_length", "vary_n"):
+    _bound_lengths(config, evaluator, tokens_by_l, ns, model.config.n_head,
+                   model.config.n_layer, (per_head_rows, summary_rows, crit_rows), state, flush)
+  else:
+    _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush)
+  flush(final=True)
+  if config.plot:
+    from limits.plotting import distance as plot_lib
+
+    plot_lib.figure2(mode, summary_rows, crit_rows, out_dir / f"fig2_{mode}.png",
+                     form=config.form)
+  return out_dir

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits import normalizers
+from limits import normalizers, numerics
 from limits.errors import LimitsError
 
 Array = jax.Array
@@ -42,7 +42,7 @@ SQRT2 = math.sqrt(2.0)
 
 
 def _check_temperature(temperature) -> None:
-  normalizers._check_positive(temperature, "temperature")
+  numerics.check_positive(temperature, "temperature")
 
 
 # ----------------------------------------------------------------------------- Lemma 1
@@ -132,7 +132,7 @@ def corollary1_band(q, k, temperature, mask=None) -> tuple[Array, Array]:
   q = jnp.asarray(q)
   k = jnp.asarray(k)
   knorm = jnp.linalg.norm(k, axis=-1)  # (..., L)
-  m = normalizers._mask_like(knorm, mask)
+  m = numerics.mask_like(knorm, mask)
   delta = jnp.linalg.norm(q, axis=-1) * jnp.max(jnp.where(m, knorm, 0), axis=-1)  # (...,)
   n = jnp.maximum(normalizers.visible_count(m), 1).astype(knorm.dtype)
   T = jnp.asarray(temperature, knorm.dtype)
@@ -179,7 +179,7 @@ def lemma2_bound(F: Callable, dF: Callable, logits, mask=None) -> Array:
   ‖F F'ᵀ‖₂/S² ≤ ‖F‖‖F'‖/S² ≤ max F max|F'|/(L (min F)²), with S ≥ L min F.
   """
   logits = jnp.asarray(logits)
-  m = normalizers._mask_like(logits, mask)
+  m = numerics.mask_like(logits, mask)
   li = jnp.where(m, logits, 0)
   f = F(li)
   df = jnp.abs(dF(li))
@@ -201,7 +201,7 @@ def softmax_lemma2_bound(logits, temperature, mask=None) -> Array:
   """
   _check_temperature(temperature)
   logits = jnp.asarray(logits)
-  m = normalizers._mask_like(logits, mask)
+  m = numerics.mask_like(logits, mask)
   r = (jnp.max(jnp.where(m, logits, -jnp.inf), axis=-1)
        - jnp.min(jnp.where(m, logits, jnp.inf), axis=-1))
   r = jnp.where(jnp.isfinite(r), r, 0)
@@ -232,7 +232,7 @@ def softmax_jacobian_bound(temperature, form: str = "paper") -> Array:
 
 def simplex_fd_bound(eps) -> Array:
   """√2/ε: g(T, ε) can never exceed it for a normalizer onto the simplex (its diameter is √2)."""
-  normalizers._check_positive(eps, "epsilon")
+  numerics.check_positive(eps, "epsilon")
   return SQRT2 / jnp.asarray(eps, jnp.result_type(float))
 
 

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits import normalizers
+from limits import normalizers, numerics
 from limits.errors import LimitsError
 
 Array = jax.Array
@@ -58,7 +58,7 @@ def _dtype(x) -> np.dtype:
 def _check_step(eps, name: str = "eps") -> None:
   """One-line LimitsError for a concrete finite-difference step that is not finite and > 0
   (eps = 0 divides by zero; a traced eps passes)."""
-  v = normalizers._concrete_float(eps)
+  v = numerics.concrete_float(eps)
   if v is not None and not (math.isfinite(v) and v > 0):
     raise LimitsError(f"{name}={v!r} is not allowed; the finite-difference step must be a finite "
                       "number > 0")
@@ -79,7 +79,7 @@ def _flatten_rows(logits, mask):
     logits = logits.astype(jnp.result_type(float))
   lead = logits.shape[:-1]
   flat = logits.reshape((-1, logits.shape[-1]))  # (R, L)
-  m = None if mask is None else normalizers._mask_like(logits, mask).reshape(flat.shape)
+  m = None if mask is None else numerics.mask_like(logits, mask).reshape(flat.shape)
   return flat, m, lead
 
 
@@ -131,13 +131,13 @@ def general_closed_form(F: Callable, dF: Callable, logits, mask=None) -> Array:
   F_j = F'_j = 0 (they are not in the sum). (..., L) -> (..., L, L).
   """
   logits = jnp.asarray(logits)
-  m = normalizers._mask_like(logits, mask)
+  m = numerics.mask_like(logits, mask)
   li = jnp.where(m, logits, 0)
   f = jnp.where(m, F(li), 0)
   df = jnp.where(m, dF(li), 0)
   S = jnp.sum(f, axis=-1, keepdims=True)  # (..., 1)
-  a = normalizers._safe_div(f, S)
-  c = normalizers._safe_div(df, S)  # F'_j / S, (..., L)
+  a = numerics.safe_div(f, S)
+  c = numerics.safe_div(df, S)  # F'_j / S, (..., L)
   eye = jnp.eye(logits.shape[-1], dtype=a.dtype)
   return c[..., None, :] * (eye - a[..., :, None])
 
@@ -174,7 +174,7 @@ def closed_form(name: str, **params) -> Callable[..., Array] | None:
 
     def ss(l, mask=None):
       l = jnp.asarray(l)
-      m = normalizers._mask_like(l, mask)
+      m = numerics.mask_like(l, mask)
       n = jnp.maximum(normalizers.visible_count(m), 1).astype(l.dtype)[..., None]
       scale = s * jnp.log(n)  # (..., 1); n = 1 gives a constant output (J = 0)
       a = normalizers.ssmax(l, s, m)
@@ -186,7 +186,7 @@ def closed_form(name: str, **params) -> Callable[..., Array] | None:
 
     def sa(l, mask=None):
       l = jnp.asarray(l)
-      m = normalizers._mask_like(l, mask)
+      m = numerics.mask_like(l, mask)
       a = normalizers.softmax(l, t, m)
       z = jnp.where(m, l, 0) / t
       Js = _diag(a) - a[..., :, None] * a[..., None, :]

@@ -39,7 +39,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from limits import numerics
 from limits.errors import LimitsError
+
+# Public re-exports (their home is limits.numerics).
+check_logits = numerics.check_logits
+visible_count = numerics.visible_count
 
 Array = jax.Array
 
@@ -47,32 +52,8 @@ Array = jax.Array
 # ----------------------------------------------------------------------------- helpers
 
 
-def _concrete_float(value) -> float | None:
-  """The Python float of value if it is concrete (not traced), else None."""
-  if isinstance(value, jax.core.Tracer):
-    return None
-  try:
-    arr = np.asarray(value)
-  except Exception:  # pragma: no cover - exotic inputs
-    return None
-  if arr.size != 1:
-    return None
-  return float(arr.reshape(()))
-
-
-def _check_positive(value, name: str) -> None:
-  """One-line LimitsError for a concrete value <= 0 or non-finite (traced values pass)."""
-  v = _concrete_float(value)
-  if v is not None and not (np.isfinite(v) and v > 0):
-    raise LimitsError(f"{name}={v!r} is not allowed; it must be a finite number > 0")
-  if v is None and not isinstance(value, jax.core.Tracer):
-    arr = np.asarray(value)
-    if arr.size and not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-      raise LimitsError(f"{name} has entries <= 0 or non-finite; all must be finite and > 0")
-
-
 def _check_alpha(alpha) -> float:
-  v = _concrete_float(alpha)
+  v = numerics.concrete_float(alpha)
   if v is None:
     raise LimitsError("entmax alpha must be a concrete Python number (it selects the algorithm)")
   if not (np.isfinite(v) and v > 1):
@@ -80,58 +61,10 @@ def _check_alpha(alpha) -> float:
   return v
 
 
-def _mask_like(logits: Array, mask) -> Array:
-  """The boolean mask broadcast to logits' shape (all visible when mask is None)."""
-  if mask is None:
-    return jnp.ones(jnp.shape(logits), dtype=bool)
-  mask = jnp.asarray(mask)
-  if mask.dtype != jnp.bool_:
-    mask = mask != 0
-  shape = tuple(jnp.shape(logits))
-  try:
-    ok = np.broadcast_shapes(tuple(mask.shape), shape) == shape
-  except ValueError:
-    ok = False
-  if not ok:
-    raise LimitsError(f"mask of shape {tuple(mask.shape)} does not broadcast to the logits' "
-                      f"shape {shape}; give a boolean mask of shape {shape} (or broadcastable)")
-  return jnp.broadcast_to(mask, shape)
-
-
-def check_logits(logits) -> None:
-  """One-line LimitsError unless logits has shape (..., L) with L >= 1 (shapes are static, so
-  this also holds under jit)."""
-  shape = tuple(jnp.shape(logits))
-  if len(shape) == 0:
-    raise LimitsError("logits is a scalar (shape ()); a logit row needs shape (..., L), L >= 1")
-  if shape[-1] == 0:
-    raise LimitsError(f"logits of shape {shape} has L = 0 keys; a logit row needs L >= 1")
-
-
-def _as_float(logits) -> Array:
-  check_logits(logits)
-  logits = jnp.asarray(logits)
-  if not jnp.issubdtype(logits.dtype, jnp.floating):
-    logits = logits.astype(jnp.result_type(float))
-  return logits
-
-
 def _positive_or_nan(value, dtype) -> Array:
   """value where > 0, else NaN: a traced temperature ≤ 0 gives NaN rows, not plausible ones."""
   v = jnp.asarray(value, dtype)
   return jnp.where(v > 0, v, jnp.nan)
-
-
-def visible_count(mask: Array) -> Array:
-  """Number of visible keys per row, (..., L) bool -> (...,) int32."""
-  return jnp.sum(mask, axis=-1, dtype=jnp.int32)
-
-
-def _safe_div(num: Array, den: Array) -> Array:
-  """num / den with den == 0 rows (fully masked) giving 0 and finite gradients; a NaN den
-  (a NaN logit or temperature) gives NaN, never a silent 0."""
-  ok = den != 0
-  return jnp.where(ok, num / jnp.where(ok, den, 1), 0)
 
 
 # ----------------------------------------------------------------------------- Eq. 3
@@ -145,10 +78,10 @@ def general(logits, F: Callable[[Array], Array], mask=None) -> Array:
   logits does so here too; use :func:`softmax` for the exponential. Masked entries are fed
   ``0`` (F(0) must be finite) and get weight 0.
   """
-  logits = _as_float(logits)
-  m = _mask_like(logits, mask)
+  logits = numerics.as_float(logits)
+  m = numerics.mask_like(logits, mask)
   f = jnp.where(m, F(jnp.where(m, logits, 0)), 0)  # (..., L)
-  return _safe_div(f, jnp.sum(f, axis=-1, keepdims=True))
+  return numerics.safe_div(f, jnp.sum(f, axis=-1, keepdims=True))
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -168,16 +101,16 @@ def softmax(logits, temperature=1.0, mask=None) -> Array:
   (one T per row). Max-subtraction keeps exp ≤ 1; the max is stop-gradient (softmax is
   shift-invariant, so the gradient is unchanged).
   """
-  _check_positive(temperature, "temperature")
-  logits = _as_float(logits)
-  m = _mask_like(logits, mask)
+  numerics.check_positive(temperature, "temperature")
+  logits = numerics.as_float(logits)
+  m = numerics.mask_like(logits, mask)
   temperature = _positive_or_nan(temperature, logits.dtype)
   # Shift in logit space *before* dividing by T: XLA may compile x / T as x * (1/T) in one
   # place and not another, so a shift after scaling need not give exactly 0 at the max.
   x = jnp.where(m, logits, 0)
   z = (x - _masked_max(x, m)) / temperature  # (..., L), <= 0, exactly 0 at the max
   e = jnp.where(m, jnp.exp(jnp.where(m, z, 0)), 0)
-  return _safe_div(e, jnp.sum(e, axis=-1, keepdims=True))
+  return numerics.safe_div(e, jnp.sum(e, axis=-1, keepdims=True))
 
 
 def ssmax(logits, s=1.0, mask=None) -> Array:
@@ -186,16 +119,16 @@ def ssmax(logits, s=1.0, mask=None) -> Array:
   n counts the visible (unmasked) keys, so a causal query at position t uses n = t, not the
   padded length. With n = 1, log n = 0 and the single visible key gets weight 1.
   """
-  _check_positive(s, "s")
-  logits = _as_float(logits)
-  m = _mask_like(logits, mask)
+  numerics.check_positive(s, "s")
+  logits = numerics.as_float(logits)
+  m = numerics.mask_like(logits, mask)
   s = _positive_or_nan(s, logits.dtype)
-  n = visible_count(m)[..., None].astype(logits.dtype)  # (..., 1)
+  n = numerics.visible_count(m)[..., None].astype(logits.dtype)  # (..., 1)
   scale = s * jnp.log(jnp.maximum(n, 1))
   x = jnp.where(m, logits, 0)
   z = (x - _masked_max(x, m)) * scale  # shift before scaling (see softmax)
   e = jnp.where(m, jnp.exp(jnp.where(m, z, 0)), 0)
-  return _safe_div(e, jnp.sum(e, axis=-1, keepdims=True))
+  return numerics.safe_div(e, jnp.sum(e, axis=-1, keepdims=True))
 
 
 def sa_softmax(logits, temperature=1.0, mask=None) -> Array:
@@ -204,9 +137,9 @@ def sa_softmax(logits, temperature=1.0, mask=None) -> Array:
   Not a probability vector: entries may be negative and need not sum to 1, so bounds that rely
   on the simplex (√2 for finite differences) do not apply to it.
   """
-  _check_positive(temperature, "temperature")
-  logits = _as_float(logits)
-  m = _mask_like(logits, mask)
+  numerics.check_positive(temperature, "temperature")
+  logits = numerics.as_float(logits)
+  m = numerics.mask_like(logits, mask)
   temperature = _positive_or_nan(temperature, logits.dtype)
   z = jnp.where(m, logits, 0) / temperature
   return jnp.where(m, z * softmax(logits, temperature, m), 0)
@@ -218,7 +151,7 @@ def sa_softmax(logits, temperature=1.0, mask=None) -> Array:
 def _sorted_visible(z: Array, m: Array):
   """Visible values sorted descending (masked ones last, replaced by 0) and their ranks."""
   zs = -jnp.sort(-jnp.where(m, z, -jnp.inf), axis=-1)  # (..., L), masked -> -inf at the end
-  n = visible_count(m)[..., None]  # (..., 1)
+  n = numerics.visible_count(m)[..., None]  # (..., 1)
   rank = jnp.arange(1, z.shape[-1] + 1, dtype=jnp.int32)  # (L,)
   valid = rank <= n  # (..., L)
   zs = jnp.where(valid, zs, 0)
@@ -231,8 +164,8 @@ def sparsemax(logits, mask=None) -> Array:
   τ = (Σ_{k ≤ k*} z_(k) − 1) / k* with k* = max{k : 1 + k z_(k) > Σ_{j ≤ k} z_(j)}
   (Martins & Astudillo 2016, Prop. 1). Equal to ``optax.projections.projection_simplex`` per row.
   """
-  z = _as_float(logits)
-  m = _mask_like(z, mask)
+  z = numerics.as_float(logits)
+  m = numerics.mask_like(z, mask)
   z = jnp.where(m, z, 0)
   z = z - _masked_max(z, m)
   zs, rank, valid, _ = _sorted_visible(z, m)
@@ -255,8 +188,8 @@ def entmax15_exact(logits, mask=None) -> Array:
 
   p_i = [z_i/2 − τ]_+², τ from the sorted prefix moments. Used to check :func:`entmax`.
   """
-  z = _as_float(logits)
-  m = _mask_like(z, mask)
+  z = numerics.as_float(logits)
+  m = numerics.mask_like(z, mask)
   x = jnp.where(m, z, 0)
   x = (x - _masked_max(x, m)) / 2  # shift before scaling (see softmax)
   xs, rank, valid, _ = _sorted_visible(x, m)
@@ -271,7 +204,7 @@ def entmax15_exact(logits, mask=None) -> Array:
   k = jnp.maximum(jnp.sum(support, axis=-1, keepdims=True, dtype=jnp.int32), 1)
   tau_star = jnp.take_along_axis(tau, k - 1, axis=-1)
   p = jnp.where(m, jnp.square(jnp.maximum(x - tau_star, 0)), 0)
-  return _safe_div(p, jnp.sum(p, axis=-1, keepdims=True))
+  return numerics.safe_div(p, jnp.sum(p, axis=-1, keepdims=True))
 
 
 def _bisect_iters(dtype) -> int:
@@ -285,7 +218,7 @@ def _entmax_bisect(z: Array, m: Array, alpha: float) -> Array:
   am1 = alpha - 1.0
   x = jnp.where(m, z, 0)
   x = (x - _masked_max(x, m)) * am1  # max visible entry is exactly 0 (shift before scaling)
-  n = jnp.maximum(visible_count(m)[..., None], 1).astype(x.dtype)
+  n = jnp.maximum(numerics.visible_count(m)[..., None], 1).astype(x.dtype)
   # Σ p(τ) is decreasing in τ; at τ = −1 the top entry alone gives 1, at τ = −n^{1−α}... every
   # entry is ≤ 1/n. So τ* ∈ [−1, −(1/n)^{α−1}].
   lo = jnp.full_like(n, -1.0)
@@ -302,7 +235,7 @@ def _entmax_bisect(z: Array, m: Array, alpha: float) -> Array:
 
   lo, hi = jax.lax.fori_loop(0, _bisect_iters(x.dtype), body, (lo, hi))
   p = p_of(lo)  # Σ p(lo) ≥ 1: the support is never empty
-  return _safe_div(p, jnp.sum(p, axis=-1, keepdims=True))
+  return numerics.safe_div(p, jnp.sum(p, axis=-1, keepdims=True))
 
 
 @_entmax_bisect.defjvp
@@ -314,7 +247,7 @@ def _entmax_bisect_jvp(alpha, primals, tangents):
   pos = p > 0
   s = jnp.where(pos, jnp.power(jnp.where(pos, p, 1), 2.0 - alpha), 0)
   sdz = s * jnp.where(m, dz, 0)
-  q = _safe_div(jnp.sum(sdz, axis=-1, keepdims=True), jnp.sum(s, axis=-1, keepdims=True))
+  q = numerics.safe_div(jnp.sum(sdz, axis=-1, keepdims=True), jnp.sum(s, axis=-1, keepdims=True))
   return p, sdz - q * s
 
 
@@ -326,8 +259,8 @@ def entmax(logits, alpha=1.5, mask=None) -> Array:
   α = 2 is :func:`sparsemax`, α = 1.5 equals :func:`entmax15_exact`.
   """
   a = _check_alpha(alpha)
-  z = _as_float(logits)
-  m = _mask_like(z, mask)
+  z = numerics.as_float(logits)
+  m = numerics.mask_like(z, mask)
   return _entmax_bisect(z, m, a)
 
 
@@ -365,9 +298,9 @@ def get(name: str, **params) -> Callable[..., Array]:
     raise LimitsError(f"normalizer {name!r} takes no parameter {', '.join(extra)} "
                       f"(allowed: {allowed_txt})")
   if "temperature" in params:
-    _check_positive(params["temperature"], "temperature")
+    numerics.check_positive(params["temperature"], "temperature")
   if "s" in params:
-    _check_positive(params["s"], "s")
+    numerics.check_positive(params["s"], "s")
   if "alpha" in params:
     params["alpha"] = _check_alpha(params["alpha"])
 

@@ -1,4 +1,4 @@
-"""Figure 4's claims about the curves g(T, ε) (PAPER.md §3.4, "Figure 4").
+"""Figure 4's claims about the curves g(T, ε) (the paper, §3.4 and Figure 4; docs/claims.md).
 
 The paper reads two statements off its log–log plot of the max over heads of the token-averaged
 g(T, ε) = ‖α((l + εv)/T) − α(l/T)‖₂ / ε:

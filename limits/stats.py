@@ -1,4 +1,4 @@
-"""Two-sample KS test and the critical-N search of Algorithm 3 (PAPER.md §3.2, Fig. 2c).
+"""Two-sample KS test and the critical-N search of Algorithm 3 (the paper, §3.2 and Fig. 2c; docs/claims.md).
 
 Critical N: the smallest N at which the two-sample Kolmogorov-Smirnov test on the per-head
 token-averaged true distances {d̄} vs expectations {Ē} does **not** reject at level α

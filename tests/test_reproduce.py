@@ -61,12 +61,12 @@ def test_quick_end_to_end_and_resume(model_dir, tmp_path):
   crit = {x["reading"]: x for x in by_id["fig2c-critical-n"]["readings"]}
   first = next(iter(crit.values()))
   assert first["verdict"] == claims.NOT_TESTABLE and "cannot reject" in first["reason"]
-  # The AMBIG-7 reruns were judged: the key and residual-stream readings have verdicts.
-  for cid in ("thm1-bound", "fig2b-plateau", "fig3-band"):
-    got = {x["reading"]: x["verdict"] for x in by_id[cid]["readings"]}
-    for what in ("per-head key vectors", "normalised residual stream"):
-      judged = [v for lab, v in got.items() if what in lab]
-      assert judged and all(v in (claims.HOLDS, claims.FAILS) for v in judged), (cid, got)
+  # The AMBIG-7 reruns ran and were judged: no key / residual-stream reading is "not run", and
+  # several claims get a verdict under them.
+  alt = [(r["id"], x) for r in rows for x in r["readings"]
+         if "AMBIG-7" in x["reading"] and "per-head value" not in x["reading"]]
+  assert alt and all("not run" not in (x["reason"] or "") for _, x in alt), alt
+  assert len({cid for cid, x in alt if x["verdict"] in (claims.HOLDS, claims.FAILS)}) >= 3, alt
   # The tally counts the paper's claims only, each once.
   counted = [c for c in claims.CLAIMS if c.kind == claims.PAPER and not c.derived_from]
   assert sum(res["tally"].values()) == len(counted)

@@ -32,11 +32,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from limits.errors import LimitsError, check
-from limits.training_report import (SAMPLE_PROMPTS, generate, report, samples,  # noqa: F401
-                                    write_model_card)
+from limits.training_checkpoint import (  # noqa: F401
+  CKPT_FILE,
+  CKPT_META,
+  check_output_dirs,
+  load_checkpoint,
+  read_meta,
+  save_checkpoint,
+)
+from limits.training_report import SAMPLE_PROMPTS, generate, report, samples, write_model_card  # noqa: F401
 
-CKPT_FILE = "ckpt.msgpack"
-CKPT_META = "ckpt.json"
 # Settings that must agree for a checkpoint to be resumed.
 RESUME_KEYS = ("steps", "batch_size", "seq_len", "short_len", "full_every", "lr", "min_lr_ratio",
                "warmup_steps",
@@ -129,6 +134,7 @@ def make_optimizer(steps: int, lr: float, warmup_steps: int, min_lr_ratio: float
 def lm_loss(params, tokens, config):
   """Mean next-token cross-entropy (nats) of ``tokens (B, L+1)`` under the model."""
   import optax
+
   from limits import gpt2
 
   out = gpt2.forward(params, tokens[:, :-1], config, layers=())
@@ -155,6 +161,7 @@ def make_sum_nll(config):
   """A jitted ``sum_nll(params, tokens (B, L+1)) -> total nats`` over all targets."""
   import jax
   import optax
+
   from limits import gpt2
 
   @jax.jit
@@ -249,55 +256,6 @@ def target_bytes(tokenizer, windows) -> int:
   """UTF-8 bytes of the text the targets of ``windows`` spell (for bits/byte)."""
   ids = [int(t) for w in windows for t in w[1:]]
   return len(tokenizer.decode(ids).encode("utf-8"))
-
-
-def save_checkpoint(ckpt_dir: Path, state: dict, meta: dict) -> None:
-  """Writes params + optimiser state + step + position (msgpack) and meta (JSON) atomically."""
-  from flax import serialization
-
-  from limits.results import atomic_write_bytes, write_json
-
-  ckpt_dir = Path(ckpt_dir)
-  atomic_write_bytes(ckpt_dir / CKPT_FILE, serialization.to_bytes(state))
-  write_json(ckpt_dir / CKPT_META, meta)
-
-
-def read_meta(ckpt_dir: Path) -> dict:
-  """The checkpoint's ckpt.json; a one-line LimitsError when it is unreadable or not JSON."""
-
-  path = ckpt_dir / CKPT_META
-  try:
-    meta = json.loads(path.read_text(encoding="utf-8"))
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise LimitsError(f"checkpoint metadata {str(path)!r} is unreadable ({type(e).__name__}); "
-                      f"delete {str(ckpt_dir)!r} to start over") from None
-  if not isinstance(meta, dict):
-    raise LimitsError(f"checkpoint metadata {str(path)!r} is not a JSON object; delete "
-                      f"{str(ckpt_dir)!r} to start over")
-  return meta
-
-
-def check_output_dirs(out_dir: Path, ckpt_dir: Path) -> None:
-  """Both folders can be created and written, before any training (one-line LimitsError)."""
-  from limits.results import make_out_dir
-
-  make_out_dir(out_dir, "--out_dir")
-  make_out_dir(ckpt_dir, "--ckpt_dir")
-
-
-def load_checkpoint(ckpt_dir: Path, template: dict):
-  """(state, meta) or (None, None) when there is no checkpoint."""
-  from flax import serialization
-
-  if not (ckpt_dir / CKPT_FILE).is_file() or not (ckpt_dir / CKPT_META).is_file():
-    return None, None
-  meta = read_meta(ckpt_dir)
-  try:
-    state = serialization.from_bytes(template, (ckpt_dir / CKPT_FILE).read_bytes())
-  except Exception as e:  # noqa: BLE001 - msgpack/flax raise several types.
-    raise LimitsError(f"checkpoint {ckpt_dir / CKPT_FILE} is unreadable ({e}); delete "
-                      f"{ckpt_dir} to start over") from None
-  return state, meta
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+r"""Reproduction runs side by side: the README's claim tables from two or more run directories.
+
+  python -m experiments.compare --run="SmolLM2-135M=runs/smollm2" --run="embedded=runs/tiny"
+
+Each ``--run`` is ``LABEL=DIR`` where DIR is the ``--out_dir`` of ``python -m
+experiments.reproduce``. Prints (or writes to ``--out``) the tally of the paper's claims per
+run, the paper's claims and the suite's findings with one column of measured values and
+verdicts per run, and one line per claim that fails or depends on a reading. The verdicts are
+the runs' own (``limits.claims.compare``); nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from limits import cli
+from limits.claims import compare
+from limits.errors import LimitsError
+from limits.results import atomic_write_text
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one).")
+flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
+flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
+flags.register_validator("width", lambda v: v is not None and v >= 20,
+                         message="--width must be an integer >= 20")
+
+
+@cli.guard
+def main(argv):
+  del argv
+  if not FLAGS.run:
+    raise LimitsError("give at least one --run=LABEL=DIR (a reproduce --out_dir)")
+  runs = []
+  for spec in FLAGS.run:
+    label, sep, path = spec.partition("=")
+    if not sep or not label or not path:
+      raise LimitsError(f"--run={spec!r} must be LABEL=DIR, e.g. --run=SmolLM2=runs/smollm2")
+    runs.append(compare.load_run(label, path))
+  text = compare.side_by_side(runs, width=FLAGS.width)
+  if FLAGS.out:
+    atomic_write_text(FLAGS.out, text)
+  else:
+    print(text, end="")
+
+
+if __name__ == "__main__":
+  app.run(main)

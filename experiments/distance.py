@@ -31,22 +31,15 @@ verdicts. Results are rewritten after every L so an interrupted run keeps what f
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import app, flags
 
-from limits import cli, distance_task
-from limits import data as data_lib
+from limits import cli, cli_flags, distance_task
 
-FLAGS = flags.FLAGS
 D = distance_task.DistanceConfig()  # the defaults
 
 flags.DEFINE_enum("mode", D.mode, list(distance_task.MODES), "Which Algorithm / panel of "
                   "Figure 2.")
-flags.DEFINE_string("model", D.model, "'tiny' (embedded), a GPT-2 name, or a model directory.")
-flags.DEFINE_string("text", D.text, "A text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", D.data_dir, data_lib.DATA_DIR_HELP)
-flags.DEFINE_integer("windows", D.windows, "Consecutive non-overlapping L-token windows per L.")
+cli_flags.define_corpus_flags(D, model="'tiny' (embedded), a GPT-2 name, or a model directory.")
 flags.DEFINE_string("lengths", D.lengths, "Comma-separated L values; default 32,64,...,"
                     "min(1024, context) for vary_length/critical_n and min(1024, context) for "
                     "vary_n.")
@@ -62,28 +55,18 @@ flags.DEFINE_float("ks_alpha", D.ks_alpha, "KS significance level (AMBIG-9).")
 flags.DEFINE_enum("search", D.search, ["bisect", "scan"], "critical_n: search over N.")
 flags.DEFINE_integer("batch", D.batch, "critical_n: Ns evaluated per forward pass.")
 flags.DEFINE_integer("max_n", D.max_n, "critical_n: largest N searched (default L-1).")
-flags.DEFINE_integer("seed", D.seed, "Random seed (recorded; the computation is deterministic).")
-flags.DEFINE_bool("x64", D.x64, "Compute the distance statistics in float64 where the bound is "
-                  "verified (vary_length, vary_n); --nox64 for float32 everywhere.")
+cli_flags.define_run_flags(D, distance_task.EXPERIMENT, x64="Compute the distance statistics in "
+                           "float64 where the bound is verified (vary_length, vary_n); --nox64 for "
+                           "float32 everywhere.", plot="Write the figure.")
 flags.DEFINE_bool("ks_x64", D.ks_x64, "critical_n: float64 for the KS-only search too (default "
                   "float32: only a KS decision depends on it; tests/test_distance_fast.py shows "
                   "both precisions give the same decisions on the embedded model).")
-flags.DEFINE_string("out_dir", D.out_dir, "Run directory (default results/distance/<time>).")
-flags.DEFINE_bool("plot", D.plot, "Write the figure.")
 
-for _name in ("windows", "batch", "max_n"):
-  flags.register_validator(_name, cli.positive, message=f"--{_name} must be a positive integer")
-flags.register_validator("ks_alpha", lambda v: v is not None and 0 < v < 1,
-                         message="--ks_alpha must be in (0, 1)")
+cli.require_positive_ints("batch", "max_n")
+cli.require("ks_alpha", lambda v: v is not None and 0 < v < 1, "be in (0, 1)")
 
 
-def main(argv):
-  del argv
-  config = distance_task.DistanceConfig(
-      **{f.name: FLAGS[f.name].value for f in dataclasses.fields(distance_task.DistanceConfig)})
-  cli.setup_precision(config.x64)
-  out_dir = distance_task.run(config)
-  print(f"wrote {out_dir}")
+main = cli_flags.task_main(distance_task.DistanceConfig, distance_task.run)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import functools
 
 from absl import app, flags
 
-from limits import cli, gradient, gradient_report
+from limits import cli, cli_flags, gradient, gradient_report
 from limits import results as results_lib
 
 FLAGS = flags.FLAGS
@@ -57,10 +57,10 @@ flags.DEFINE_integer("check_rows", D.check_rows, "Rows on which jacrev and centr
 flags.DEFINE_float("logit_scale", D.logit_scale, "Synthetic: standard deviation σ of the "
                    "logits.")
 flags.DEFINE_enum("source", D.source, ["synthetic", "model"], "Where the logit rows come from.")
-flags.DEFINE_string("model", D.model, "Model for --source=model (tiny, a GPT-2 name, or a dir).")
-flags.DEFINE_integer("windows", D.windows, "Model: number of L-token corpus windows.")
-flags.DEFINE_string("text", D.text, "Model: a text file overriding the corpus.")
-flags.DEFINE_string("data_dir", D.data_dir, "Model: overrides $LIMITS_DATA_DIR.")
+cli_flags.define_corpus_flags(
+    D, model="Model for --source=model (tiny, a GPT-2 name, or a dir).",
+    windows="Model: number of L-token corpus windows.",
+    text="Model: a text file overriding the corpus.", data_dir="Model: overrides $LIMITS_DATA_DIR.")
 flags.DEFINE_integer("dense_max_length", D.dense_max_length, "Largest L for dense jacfwd + SVD; "
                      "longer rows use the matrix-free power iteration.")
 flags.DEFINE_integer("power_iters", D.power_iters, "Power-iteration steps for the matrix-free "
@@ -71,27 +71,21 @@ flags.DEFINE_integer("fd_rows", D.fd_rows, "Rows on which g(T, eps) is measured:
 flags.DEFINE_integer("t_batch", D.t_batch, "Temperatures computed together per row; "
                      "results.json is rewritten after each batch, so an interrupted run keeps "
                      "finished ones.")
-flags.DEFINE_integer("seed", D.seed, "Random seed (synthetic rows, directions v, subsampling).")
-flags.DEFINE_boolean("x64", D.x64, "Compute in float64 (a bound is verified here).")
-flags.DEFINE_string("out_dir", D.out_dir, "Run directory (default "
-                    "results/gradient/<timestamp>).")
+cli_flags.define_run_flags(
+    D, gradient.EXPERIMENT, seed="Random seed (synthetic rows, directions v, subsampling).",
+    x64="Compute in float64 (a bound is verified here).",
+    out_dir="Run directory (default results/gradient/<timestamp>).")
 
-flags.register_validator("temperature", cli.positive, message="--temperature must be > 0")
-flags.register_validator("alpha", lambda v: v is not None and v > 1,
-                         message="--alpha must be > 1 (α-entmax)")
-flags.register_validator("s", cli.positive, message="--s must be > 0")
-flags.register_validator("logit_scale", cli.positive, message="--logit_scale must be > 0")
-for _name in ("length", "rows", "windows", "dense_max_length", "power_iters", "fd_rows",
-              "t_batch"):
-  flags.register_validator(_name, lambda v: v is not None and v >= 1,
-                           message=f"--{_name} must be a positive integer")
-flags.register_validator("check_rows", cli.nonnegative, message="--check_rows must be >= 0")
+cli.require(("temperature", "s", "logit_scale"), cli.positive, "be > 0")
+cli.require("alpha", lambda v: v is not None and v > 1, "be > 1 (α-entmax)")
+cli.require_positive_ints("length", "rows", "dense_max_length", "power_iters", "fd_rows",
+                          "t_batch")
+cli.require("check_rows", cli.nonnegative, "be >= 0")
 
 
 def main(argv):
   del argv
-  config = gradient.GradientConfig(**{f.name: FLAGS[f.name].value
-                                      for f in dataclasses.fields(gradient.GradientConfig)})
+  config = cli_flags.config_from_flags(gradient.GradientConfig)
   cli.setup_precision(config.x64)
   plan = gradient.plan(config)  # parses and validates; one-line errors before any output
   out_dir = results_lib.prepare_out_dir(config.out_dir, gradient.EXPERIMENT)

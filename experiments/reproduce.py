@@ -26,29 +26,25 @@ import sys
 
 from absl import app, flags
 
-from limits import cli
-from limits import data as data_lib
+from limits import cli, cli_flags
 from limits import reproduction as rp
 from limits import reproduction_runner as runner
 from limits import results as res
 from limits.errors import LimitsError
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "tiny", "'tiny' (embedded), 'smollm2', a model name, a directory "
-                    "or a weight file.")
+EXPERIMENT = runner.EXPERIMENT
+DEFAULTS = {"model": "tiny", "data_dir": None, "text": None, "windows": None, "seed": 0,
+            "out_dir": None}
+cli_flags.define_corpus_flags(
+    DEFAULTS, model="'tiny' (embedded), 'smollm2', a model name, a directory or a weight file.",
+    windows="Corpus windows per length (default 1 quick, 4 full).")
+cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
 flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
-flags.DEFINE_string("data_dir", None, data_lib.DATA_DIR_HELP)
-flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
-flags.DEFINE_integer("windows", None, "Corpus windows per length (default 1 quick, 4 full).")
 flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
-flags.DEFINE_integer("seed", 0, "Seed passed to every step.")
-flags.DEFINE_string("out_dir", None, "Run directory (default results/reproduce/<time>).")
 flags.DEFINE_bool("resume", True, "Skip steps whose DONE marker matches the same command and "
                   "whose results.json loads.")
 
-flags.register_validator("windows", cli.positive, message="--windows must be a positive integer")
-
-EXPERIMENT = runner.EXPERIMENT
 EXIT_STEP_FAILED = 1
 
 

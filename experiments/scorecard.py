@@ -13,18 +13,24 @@ parts/; rerunning the same command resumes. Definitions: ``limits/scorecard/``.
 
 from __future__ import annotations
 
-import shlex
 import sys
 import time
 
 from absl import app, flags
 
-from limits import cli
+from limits import cli, cli_flags
 
 FLAGS = flags.FLAGS
+EXPERIMENT = "scorecard"
 
-flags.DEFINE_string("model", "tiny", "Model spec: 'tiny', 'smollm2', a directory, a .gguf file "
-                    "or a hub name.")
+DEFAULTS = {"model": "tiny", "text": None, "data_dir": None, "seed": 0, "out_dir": None,
+            "plot": True}
+cli_flags.define_corpus_flags(
+    DEFAULTS, model="Model spec: 'tiny', 'smollm2', a directory, a .gguf file or a hub name.",
+    data_dir="Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded corpus).",
+    windows=None)
+cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, plot="Write scorecard.png.",
+                           seed="Seed: calibration windows, Jacobian rows, directions of g.")
 flags.DEFINE_string("candidates", "softmax,softmax_t0.5,softmax_t2,sparsemax,entmax1.5,"
                     "entmax4/3,ssmax,softplus", "Comma-separated candidates (must include "
                     "softmax, the reference).")
@@ -43,21 +49,11 @@ flags.DEFINE_integer("jac_rows", 64, "Sampled rows for the exact Jacobian norms 
 flags.DEFINE_float("epsilon", 0.1, "ε of the finite-difference sensitivity g(T, ε).")
 flags.DEFINE_integer("layer_stride", 1, "Metrics on every k-th layer (the swap is in all).")
 flags.DEFINE_integer("timing_rounds", 3, "Interleaved rounds for the forward-time cost.")
-flags.DEFINE_integer("seed", 0, "Seed: calibration windows, Jacobian rows, directions of g.")
-flags.DEFINE_string("text", None, "A text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", None, "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else "
-                    "the embedded corpus).")
-flags.DEFINE_string("out_dir", None, "Run directory (default results/scorecard/<time>).")
-flags.DEFINE_bool("plot", True, "Write scorecard.png.")
-for _name in ("length", "eval_windows", "calib_windows", "calib_grid", "jac_rows",
-              "layer_stride", "timing_rounds"):
-  flags.register_validator(_name, cli.positive, message=f"--{_name} must be a positive integer")
-flags.register_validator("calib_iters", cli.nonnegative, message="--calib_iters must be >= 0")
-for _name in ("calib_lo", "calib_hi", "epsilon"):
-  flags.register_validator(_name, lambda v: v is not None and 0 < v < float("inf"),
-                           message=f"--{_name} must be a positive number")
+cli.require_positive_ints("length", "eval_windows", "calib_windows", "calib_grid", "jac_rows",
+                          "layer_stride", "timing_rounds")
+cli.require("calib_iters", cli.nonnegative, "be >= 0")
+cli.require_positive_numbers("calib_lo", "calib_hi", "epsilon")
 
-EXPERIMENT = "scorecard"
 
 
 def _config():
@@ -87,7 +83,7 @@ def main(argv):
   log = lambda s: print(f"[{time.perf_counter() - t0:7.1f} s] {s}", file=sys.stderr, flush=True)
   log(f"loaded {model.name}; digest {cfg.digest()}")
   result = sc.run(cfg, model, out_dir, log=log)
-  command = "python -m experiments.scorecard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+  command = cli_flags.command_line("experiments.scorecard")
   info = model.info()
   trows, md = sc.report(result, cfg, info, command)
   payload = {"config": cfg.as_dict(), "model": info, "command": command, "table": trows,

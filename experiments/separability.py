@@ -25,12 +25,11 @@ written as they finish, so an interrupted run keeps them.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from absl import app, flags
 
-from limits import cli, separability_task
+from limits import cli, cli_flags, separability_task
 
 FLAGS = flags.FLAGS
 D = separability_task.SeparabilityConfig()  # the defaults
@@ -50,34 +49,28 @@ flags.DEFINE_float("zipf_s", D.zipf_s, "Sphere source: exponent of the Zipf kind
 flags.DEFINE_integer("heads", D.heads,
                      "Sphere source: independent synthetic weight rows ('heads').")
 flags.DEFINE_integer("chunk", D.chunk, "Sphere source: Monte Carlo samples per jitted batch.")
-flags.DEFINE_string("model", D.model, "Model source: 'tiny', a GPT-2 name, or a directory.")
-flags.DEFINE_integer("windows", D.windows, "Model source: number of L-token corpus windows.")
-flags.DEFINE_string("text", D.text, "Model source: a text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", D.data_dir, "Model source: folder with war_and_peace.txt "
-                    "(else $LIMITS_DATA_DIR).")
+cli_flags.define_corpus_flags(
+    D, model="Model source: 'tiny', a GPT-2 name, or a directory.",
+    windows="Model source: number of L-token corpus windows.",
+    text="Model source: a text file to use instead of the corpus.",
+    data_dir="Model source: folder with war_and_peace.txt (else $LIMITS_DATA_DIR).")
 flags.DEFINE_enum("vectors", D.vectors, ["value", "key", "hidden"], "Model source: vectors x_i "
                   "(AMBIG-7), projected onto the sphere.")
 flags.DEFINE_enum("rule", D.rule, ["strict", "literal"], "Counting rule (AMBIG-10).")
-flags.DEFINE_integer("seed", D.seed, "Random seed.")
-flags.DEFINE_bool("x64", D.x64, "Use float64 (default: float32 rounding biases N_s/N down, "
-                  "e.g. 0.413 vs 0.471 for one head at L = 512, N = 128).")
-flags.DEFINE_string("out_dir", D.out_dir, "Run directory (default results/separability/<time>).")
+cli_flags.define_run_flags(
+    D, separability_task.EXPERIMENT, seed="Random seed.", plot="Write figure3.png.",
+    x64="Use float64 (default: float32 rounding biases N_s/N down, e.g. 0.413 vs 0.471 for one "
+    "head at L = 512, N = 128).")
 flags.DEFINE_integer("devices", D.devices,
                      "Shard the Monte Carlo sample axis over this many devices.")
-flags.DEFINE_bool("plot", D.plot, "Write figure3.png.")
 
-for _name in ("length", "dim", "samples", "heads", "windows", "chunk", "devices"):
-  flags.register_validator(_name, cli.positive, message=f"--{_name} must be a positive integer")
-for _name in ("radius", "alpha_temperature", "zipf_s"):
-  flags.register_validator(_name, lambda v: v is not None and v > 0 and v < float("inf"),
-                           message=f"--{_name} must be a positive number")
+cli.require_positive_ints("length", "dim", "samples", "heads", "chunk", "devices")
+cli.require_positive_numbers("radius", "alpha_temperature", "zipf_s")
 
 
 def main(argv):
   del argv
-  config = separability_task.SeparabilityConfig(
-      **{f.name: FLAGS[f.name].value
-         for f in dataclasses.fields(separability_task.SeparabilityConfig)})
+  config = cli_flags.config_from_flags(separability_task.SeparabilityConfig)
   ns = separability_task.grid(config)             # validate before JAX starts (fast errors)
   cli.setup_precision(config.x64)
   from limits import results as res

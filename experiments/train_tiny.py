@@ -16,15 +16,9 @@ user cache, else a one-time download (``limits.data.resolve_corpus``). A checkpo
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import shlex
-import sys
-
 from absl import app, flags
 
-from limits import cli, training
-from limits import data as data_lib
+from limits import cli, cli_flags, training
 
 FLAGS = flags.FLAGS
 D = training.TrainConfig()  # the defaults
@@ -42,14 +36,15 @@ flags.DEFINE_float("min_lr_ratio", D.min_lr_ratio, "Final learning rate as a fra
 flags.DEFINE_integer("warmup_steps", D.warmup_steps, "Linear warm-up steps.")
 flags.DEFINE_float("weight_decay", D.weight_decay, "AdamW weight decay (weight matrices only).")
 flags.DEFINE_float("clip_norm", D.clip_norm, "Global gradient-norm clipping threshold.")
-flags.DEFINE_integer("seed", D.seed, "Seed for the initialisation and the data order.")
-flags.DEFINE_string("out_dir", D.out_dir, "Model directory to write (default "
-                    "results/train_tiny/model).")
+cli_flags.define_run_flags(
+    D, "train_tiny", seed="Seed for the initialisation and the data order.",
+    out_dir="Model directory to write (default results/train_tiny/model).",
+    x64="Use float64 (slow; float32 is the default for training).")
 flags.DEFINE_string("ckpt_dir", D.ckpt_dir, "Checkpoint directory (default <out_dir>/../ckpt); "
                     "a checkpoint there with the same settings is resumed.")
 flags.DEFINE_integer("ckpt_every", D.ckpt_every, "Checkpoint every this many steps.")
-flags.DEFINE_string("data_dir", D.data_dir, data_lib.DATA_DIR_HELP)
-flags.DEFINE_string("text", D.text, "Train on this UTF-8 text file instead of War and Peace.")
+cli_flags.define_corpus_flags(
+    D, model=None, windows=None, text="Train on this UTF-8 text file instead of War and Peace.")
 flags.DEFINE_float("heldout_fraction", D.heldout_fraction, "Fraction of the text (at its end) "
                    "held out.")
 flags.DEFINE_integer("n_layer", D.n_layer, "Transformer blocks.")
@@ -68,17 +63,13 @@ flags.DEFINE_integer("stop_after", D.stop_after, "Stop this run after this many 
 flags.DEFINE_bool("export_on_stop", D.export_on_stop, "With --stop_after: evaluate and export "
                   "the model at that step (reproduces a run that --max_train_seconds stopped "
                   "early).")
-flags.DEFINE_bool("x64", D.x64, "Use float64 (slow; float32 is the default for training).")
 flags.DEFINE_integer("log_every", D.log_every, "Log the training loss every this many steps.")
 
-for _name in ("steps", "batch_size", "seq_len", "full_every", "ckpt_every", "n_layer", "n_head",
-              "n_embd", "n_positions", "eval_batch", "probe_windows", "log_every"):
-  flags.register_validator(_name, lambda v: v is not None and v >= 1,
-                           message=f"--{_name} must be a positive integer")
-for _name in ("lr", "clip_norm"):
-  flags.register_validator(_name, lambda v: v is not None and v > 0 and math.isfinite(v),
-                           message=f"--{_name} must be a positive number")
-for _name, _ok, _msg in (
+cli.require_positive_ints("steps", "batch_size", "seq_len", "full_every", "ckpt_every",
+                          "n_layer", "n_head", "n_embd", "n_positions", "eval_batch",
+                          "probe_windows", "log_every")
+cli.require_positive_numbers("lr", "clip_norm")
+for _name, _ok, _must in (
     ("min_lr_ratio", lambda v: 0 <= v <= 1, "be in [0, 1]"),
     ("warmup_steps", lambda v: v >= 0, "be >= 0"),
     ("weight_decay", lambda v: v >= 0, "be >= 0"),
@@ -87,7 +78,7 @@ for _name, _ok, _msg in (
     ("sample_tokens", lambda v: v >= 0, "be >= 0"),
     ("max_train_seconds", lambda v: v >= 0, "be >= 0"),
     ("stop_after", lambda v: v >= 0, "be >= 0")):
-  flags.register_validator(_name, _ok, message=f"--{_name} must {_msg}")
+  cli.require(_name, _ok, _must)
 flags.register_multi_flags_validator(
     ["seq_len", "n_positions"], lambda d: d["seq_len"] <= d["n_positions"],
     message="--seq_len must be <= --n_positions")
@@ -103,10 +94,8 @@ flags.register_multi_flags_validator(
 def main(argv):
   del argv
   cli.setup_precision(FLAGS.x64)
-  config = training.TrainConfig(**{f.name: FLAGS[f.name].value
-                                   for f in dataclasses.fields(training.TrainConfig)})
-  command = "python -m experiments.train_tiny " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-  training.run(config, command=command)
+  config = cli_flags.config_from_flags(training.TrainConfig)
+  training.run(config, command=cli_flags.command_line("experiments.train_tiny"))
   return 0
 
 

@@ -25,40 +25,24 @@ user cache, else a one-time download (``limits.data.resolve_corpus``).
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import app, flags
 
-from limits import cli, sources, vanishing
-from limits import data as data_lib
+from limits import cli, cli_flags, sources, vanishing
 
-FLAGS = flags.FLAGS
 D = vanishing.VanishingConfig()  # the defaults
 
-flags.DEFINE_string("model", D.model, sources.MODEL_HELP)
-flags.DEFINE_string("text", D.text, "A text file to use instead of the corpus.")
-flags.DEFINE_string("data_dir", D.data_dir, data_lib.DATA_DIR_HELP)
-flags.DEFINE_integer("windows", D.windows, "Consecutive non-overlapping L-token windows per L.")
+cli_flags.define_corpus_flags(D, model=sources.MODEL_HELP)
 flags.DEFINE_string("lengths", D.lengths, "Comma-separated L values; default 32,64,...,min(1024, "
                     "context).")
-flags.DEFINE_integer("seed", D.seed, "Random seed (recorded; the computation is deterministic).")
-flags.DEFINE_bool("x64", D.x64, "Compute the check in float64 (default; --nox64 for float32).")
-flags.DEFINE_string("out_dir", D.out_dir, "Run directory (default results/vanishing/<time>).")
-flags.DEFINE_bool("plot", D.plot, "Write vanishing.png.")
+cli_flags.define_run_flags(D, vanishing.EXPERIMENT, plot="Write vanishing.png.",
+                           x64="Compute the check in float64 (default; --nox64 for float32).")
 flags.DEFINE_float("lemma1_a", D.lemma1_a, "Logit bound a of the synthetic Lemma 1 check (logits "
                    "uniform on [-a, a], F = exp and softplus, the run's lengths).")
-flags.register_validator("windows", cli.positive, message="--windows must be a positive integer")
-flags.register_validator("lemma1_a", lambda v: v is not None and 0 <= v <= 300,
-                         message="--lemma1_a must be in [0, 300] (e^{2a} must stay finite)")
+cli.require("lemma1_a", lambda v: v is not None and 0 <= v <= 300,
+            "be in [0, 300] (e^{2a} must stay finite)")
 
 
-def main(argv):
-  del argv
-  config = vanishing.VanishingConfig(
-      **{f.name: FLAGS[f.name].value for f in dataclasses.fields(vanishing.VanishingConfig)})
-  cli.setup_precision(config.x64)
-  out_dir = vanishing.run(config)
-  print(f"wrote {out_dir}")
+main = cli_flags.task_main(vanishing.VanishingConfig, vanishing.run)
 
 
 if __name__ == "__main__":

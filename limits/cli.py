@@ -9,7 +9,9 @@
   [0, 2**32) (:data:`SEED_RANGE`), and ``--overwrite`` (defined here) lets a run replace another
   run's results in its ``--out_dir`` (see :func:`limits.results.prepare_out_dir`).
 - :func:`setup_precision` turns on float64 (``--x64``) before any array is made.
-- Validators for ``flags.register_validator`` that give one-line messages.
+- Validators for ``flags.register_validator`` that give one-line messages, and :func:`require`
+  (``--NAME must ...``) with its shortcuts :func:`require_positive_ints` and
+  :func:`require_positive_numbers`; the flags several CLIs share are in :mod:`limits.cli_flags`.
 
 Exit codes: 0 success; 2 bad input, a bad flag, a missing or corrupt file, or a failed write
 (one line on stderr); 130 interrupted (Ctrl-C / SIGINT).
@@ -145,24 +147,22 @@ def setup_precision(x64: bool) -> None:
 
 def parse_floats(text: str, name: str) -> list[float]:
   """Parses '1e-3,0.1,10' into floats; a one-line LimitsError names the flag on failure."""
-  parts = [p.strip() for p in str(text).split(",") if p.strip()]
-  if not parts:
-    raise LimitsError(f"--{name} is empty; give a comma-separated list of numbers")
-  try:
-    return [float(p) for p in parts]
-  except ValueError:
-    raise LimitsError(f"--{name}={text!r} is not a comma-separated list of numbers") from None
+  return _parse_list(text, name, float, "numbers")
 
 
 def parse_ints(text: str, name: str) -> list[int]:
   """Parses '1,5,10' into ints; a one-line LimitsError names the flag on failure."""
+  return _parse_list(text, name, int, "integers")
+
+
+def _parse_list(text: str, name: str, kind: Callable[[str], Any], noun: str) -> list:
   parts = [p.strip() for p in str(text).split(",") if p.strip()]
   if not parts:
-    raise LimitsError(f"--{name} is empty; give a comma-separated list of integers")
+    raise LimitsError(f"--{name} is empty; give a comma-separated list of {noun}")
   try:
-    return [int(p) for p in parts]
+    return [kind(p) for p in parts]
   except ValueError:
-    raise LimitsError(f"--{name}={text!r} is not a comma-separated list of integers") from None
+    raise LimitsError(f"--{name}={text!r} is not a comma-separated list of {noun}") from None
 
 
 PAPER_LENGTHS = (32, 64, 128, 256, 512, 1024)
@@ -191,3 +191,24 @@ def positive(value) -> bool:
 
 def nonnegative(value) -> bool:
   return value is None or value >= 0
+
+
+def positive_number(value) -> bool:
+  return value is not None and 0 < value < float("inf")
+
+
+def require(names: str | Sequence[str], ok: Callable[[Any], bool], must: str) -> None:
+  """Registers ``ok`` as the validator of each flag in ``names``; a value it rejects is the
+  one-line usage error ``--NAME must MUST`` (e.g. ``must="be >= 0"``)."""
+  for name in [names] if isinstance(names, str) else names:
+    flags.register_validator(name, ok, message=f"--{name} must {must}")
+
+
+def require_positive_ints(*names: str) -> None:
+  """``--NAME must be a positive integer`` for each name (an unset None passes)."""
+  require(names, positive, "be a positive integer")
+
+
+def require_positive_numbers(*names: str) -> None:
+  """``--NAME must be a positive number`` (finite, > 0) for each name."""
+  require(names, positive_number, "be a positive number")

@@ -31,13 +31,7 @@ from limits.models import files
 from limits.models import hub
 from limits.models.files import PICKLE_SUFFIXES  # noqa: F401 (re-exported)
 
-KNOWN_NAMES = {
-    "gpt2": "openai-community/gpt2",
-    "gpt2-medium": "openai-community/gpt2-medium",
-    "gpt2-large": "openai-community/gpt2-large",
-    "gpt2-xl": "openai-community/gpt2-xl",
-    "distilgpt2": "distilbert/distilgpt2",
-}
+KNOWN_NAMES = hub.KNOWN_NAMES  # GPT-2 short names -> hub repo ids (one table, in hub)
 _SKIPPED_BUFFERS = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 
 
@@ -72,8 +66,8 @@ def _read_msgpack(path: pathlib.Path) -> dict[str, np.ndarray]:
   try:
     state = serialization.msgpack_restore(path.read_bytes())
   except Exception as e:  # noqa: BLE001 - msgpack raises several types for a bad file.
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise LimitsError(f"{path}: corrupt or truncated flax msgpack file ({msg})") from None
+    raise LimitsError(f"{path}: corrupt or truncated flax msgpack file "
+                      f"({files.first_line(e)})") from None
   if not isinstance(state, dict):
     raise LimitsError(f"{path}: flax msgpack does not hold a parameter dict")
   if "params" in state and isinstance(state["params"], dict):
@@ -108,14 +102,7 @@ def _read_msgpack(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 def _read_config(directory: pathlib.Path) -> Config:
   path = directory / "config.json"
-  if not path.is_file():
-    raise LimitsError(f"{path}: config.json is missing; a GPT-2 checkpoint needs it next to the "
-                      "weights")
-  try:
-    hf = json.loads(path.read_text())
-  except (OSError, UnicodeDecodeError, ValueError) as e:
-    raise LimitsError(f"{path}: not valid JSON ({str(e).splitlines()[0]})") from None
-  return Config.from_hf(hf, source=str(path))
+  return Config.from_hf(files.read_json(path, needed_by="a GPT-2 checkpoint"), source=str(path))
 
 
 def load_config(path_or_name) -> Config:
@@ -170,8 +157,6 @@ def load(path_or_name, *, dtype: Any = "float32") -> tuple[Config, dict]:
 
   See the module docstring for accepted inputs. ``dtype=None`` keeps the stored dtype.
   """
-  import jax.numpy as jnp
-
   path = resolve(path_or_name)
   if path.is_file():
     if files.is_pickle(path):
@@ -196,15 +181,7 @@ def load(path_or_name, *, dtype: Any = "float32") -> tuple[Config, dict]:
     raw = _read_msgpack(weights)
   else:
     raw = files.read_safetensors(weights)
-  flat = _normalise_names(raw, config, weights)
-  if dtype is not None:
-    try:
-      target = jnp.dtype(dtype)
-    except TypeError:
-      raise LimitsError(f"dtype={dtype!r} is not a floating dtype") from None
-    if not jnp.issubdtype(target, jnp.floating):
-      raise LimitsError(f"dtype={dtype!r} is not a floating dtype")
-    flat = {k: v.astype(target) for k, v in flat.items()}
+  flat = files.cast(_normalise_names(raw, config, weights), dtype)
   return config, model_lib.params_from_flat(flat, config)
 
 

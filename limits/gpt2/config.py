@@ -8,10 +8,10 @@ implementation does not support (``scale_attn_weights=False``,
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar, Mapping
 
 from limits.errors import LimitsError
+from limits.models.checks import check_fields, is_positive_int, is_positive_number
 
 # HF activation_function names this implementation computes (see model._activation).
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu", "silu", "swish")
@@ -38,19 +38,15 @@ class Config:
   n_inner: int | None = None  # MLP width; None means 4 * n_embd (every released GPT-2)
 
   def __post_init__(self):
-    for name in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LimitsError(f"GPT-2 config {name}={value!r} must be a positive integer")
+    check_fields(self, ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size"),
+                 is_positive_int, "GPT-2 config", "be a positive integer")
     if self.n_embd % self.n_head:
       raise LimitsError(f"GPT-2 config n_embd={self.n_embd} is not divisible by "
                         f"n_head={self.n_head}")
-    eps = self.layer_norm_epsilon
-    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-      raise LimitsError(f"GPT-2 config layer_norm_epsilon={eps!r} must be a positive number")
-    if self.n_inner is not None and (isinstance(self.n_inner, bool)
-                                     or not isinstance(self.n_inner, int) or self.n_inner < 1):
-      raise LimitsError(f"GPT-2 config n_inner={self.n_inner!r} must be a positive integer or null")
+    check_fields(self, ("layer_norm_epsilon",), is_positive_number, "GPT-2 config",
+                 "be a positive number")
+    check_fields(self, ("n_inner",), lambda v: v is None or is_positive_int(v), "GPT-2 config",
+                 "be a positive integer or null")
     if self.activation not in ACTIVATIONS:
       raise LimitsError(f"GPT-2 config activation={self.activation!r} is not supported; "
                         f"allowed: {', '.join(ACTIVATIONS)}")

@@ -26,8 +26,7 @@ import numpy as np
 from limits.errors import LimitsError
 from limits.gpt2.config import Config
 from limits.models.engine import (AttnRecord, Normalizer, Output, attend, forward,  # noqa: F401
-                                  iter_layers, softmax_normalizer)
-from limits.models.engine import set_path as _set
+                                  iter_layers, set_path, softmax_normalizer, stack_params)
 
 LAYERS_KEY = "h"  # the stacked-layer subtree run by the engine's lax.scan
 
@@ -83,15 +82,8 @@ def _get(tree: dict, path: Sequence[str]):
 
 def params_from_flat(flat: dict[str, Any], config: Config) -> Params:
   """Builds the stacked params pytree from ``{checkpoint name: array}`` (names already checked)."""
-  params: Params = {}
-  for name in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"):
-    _set(params, name.split("."), jnp.asarray(flat[name]))
-  if not config.tie_word_embeddings:
-    _set(params, ["lm_head", "weight"], jnp.asarray(flat["lm_head.weight"]))
-  for name in LAYER_TENSORS:
-    stacked = np.stack([np.asarray(flat[f"h.{i}.{name}"]) for i in range(config.n_layer)])
-    _set(params, ["h"] + name.split("."), jnp.asarray(stacked))
-  return params
+  return stack_params(flat, config, ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"), "h",
+                      LAYER_TENSORS)
 
 
 def params_to_flat(params: Params, config: Config) -> dict[str, np.ndarray]:
@@ -157,7 +149,7 @@ def init_params(key: jax.Array, config: Config, dtype=jnp.float32) -> Params:
     else:
       s = proj_std if leaf[0] == "c_proj" else std
       value = s * rng.standard_normal(shape, dtype=np.float32)
-    _set(params, name.split("."), jnp.asarray(value, dtype))
+    set_path(params, name.split("."), jnp.asarray(value, dtype))
   return params
 
 

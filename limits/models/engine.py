@@ -61,6 +61,23 @@ def set_path(tree: dict, path, value) -> None:
   tree[path[-1]] = value
 
 
+def stack_params(flat: dict[str, Any], config, top: tuple[str, ...], stack: str,
+                 layer_tensors) -> dict:
+  """The stacked params pytree from ``{checkpoint name: array}`` (names already checked): each
+  name in ``top`` at its dotted path, ``lm_head.weight`` unless the embeddings are tied, and each
+  of ``layer_tensors`` stacked over the ``config.n_layer`` layers ``<stack>.<i>.<name>`` under
+  ``<stack>``."""
+  params: dict = {}
+  for name in top:
+    set_path(params, name.split("."), jnp.asarray(flat[name]))
+  if not config.tie_word_embeddings:
+    set_path(params, ["lm_head", "weight"], jnp.asarray(flat["lm_head.weight"]))
+  for name in layer_tensors:
+    stacked = np.stack([np.asarray(flat[f"{stack}.{i}.{name}"]) for i in range(config.n_layer)])
+    set_path(params, [stack] + name.split("."), jnp.asarray(stacked))
+  return params
+
+
 def family_module(config):
   """The module implementing ``config``'s family (``config.family``)."""
   name = getattr(config, "family", None)

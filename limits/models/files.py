@@ -71,11 +71,11 @@ def read_sharded(index_path: pathlib.Path) -> dict[str, np.ndarray]:
   return out
 
 
-def read_json(path: pathlib.Path, what: str = "config.json") -> dict:
-  """A JSON object from ``path``; one line if missing or invalid."""
+def read_json(path: pathlib.Path, what: str = "config.json",
+              needed_by: str = "a checkpoint directory") -> dict:
+  """A JSON object from ``path``; one line if missing (naming ``needed_by``) or invalid."""
   if not path.is_file():
-    raise LimitsError(f"{path}: {what} is missing; a checkpoint directory needs it next to "
-                      "the weights")
+    raise LimitsError(f"{path}: {what} is missing; {needed_by} needs it next to the weights")
   try:
     value = json.loads(path.read_text())
   except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -8,10 +8,10 @@ biases, an activation other than SiLU) are refused with a LimitsError rather tha
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar, Mapping
 
 from limits.errors import LimitsError
+from limits.models.checks import check_fields, is_positive_int, is_positive_number
 
 # HF LlamaConfig defaults, used when a config.json omits a field (as HF itself does).
 _HF_DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
@@ -40,25 +40,18 @@ class Config:
   tie_word_embeddings: bool = True
 
   def __post_init__(self):
-    for name in ("n_layer", "n_head", "n_kv_head", "n_embd", "d_mlp", "n_positions",
-                 "vocab_size"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LimitsError(f"Llama config {name}={value!r} must be a positive integer")
+    check_fields(self, ("n_layer", "n_head", "n_kv_head", "n_embd", "d_mlp", "n_positions",
+                        "vocab_size"), is_positive_int, "Llama config", "be a positive integer")
     if self.n_head % self.n_kv_head:
       raise LimitsError(f"Llama config n_head={self.n_head} is not a multiple of "
                         f"n_kv_head={self.n_kv_head}")
     if self.head_dim is None and self.n_embd % self.n_head:
       raise LimitsError(f"Llama config n_embd={self.n_embd} is not divisible by "
                         f"n_head={self.n_head} and no head_dim is given")
-    if self.head_dim is not None and (isinstance(self.head_dim, bool) or
-                                      not isinstance(self.head_dim, int) or self.head_dim < 2
-                                      or self.head_dim % 2):
-      raise LimitsError(f"Llama config head_dim={self.head_dim!r} must be an even integer >= 2")
-    for name in ("rms_norm_eps", "rope_theta"):
-      value = getattr(self, name)
-      if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise LimitsError(f"Llama config {name}={value!r} must be a positive number")
+    check_fields(self, ("head_dim",), lambda v: v is None or (is_positive_int(v) and v % 2 == 0),
+                 "Llama config", "be an even integer >= 2")
+    check_fields(self, ("rms_norm_eps", "rope_theta"), is_positive_number, "Llama config",
+                 "be a positive number")
 
   @property
   def d_head(self) -> int:

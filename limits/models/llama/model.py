@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.errors import LimitsError
-from limits.models.engine import AttnRecord, Normalizer, attend
-from limits.models.engine import set_path as _set
+from limits.models.engine import AttnRecord, Normalizer, attend, stack_params
 from limits.models.llama.config import Config
 
 LAYERS_KEY = "layers"
@@ -68,15 +67,8 @@ def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:
 
 def params_from_flat(flat: dict[str, Any], config: Config) -> Params:
   """The stacked params pytree from ``{HF name without prefix: array}`` (names checked)."""
-  params: Params = {}
-  for name in ("embed_tokens.weight", "norm.weight"):
-    _set(params, name.split("."), jnp.asarray(flat[name]))
-  if not config.tie_word_embeddings:
-    _set(params, ["lm_head", "weight"], jnp.asarray(flat["lm_head.weight"]))
-  for name in LAYER_TENSORS:
-    stacked = np.stack([np.asarray(flat[f"layers.{i}.{name}"]) for i in range(config.n_layer)])
-    _set(params, ["layers"] + name.split("."), jnp.asarray(stacked))
-  return params
+  return stack_params(flat, config, ("embed_tokens.weight", "norm.weight"), "layers",
+                      LAYER_TENSORS)
 
 
 def init_params(key: jax.Array, config: Config, dtype=jnp.float32) -> Params:

@@ -90,34 +90,29 @@ def _n_fit(rows) -> float:
   return 5.0 if 5.0 in ns else ns[0]
 
 
+def _linear_verdict(s, series) -> Verdict:
+  """:func:`linear_in_l` on ``series(rows, N)`` (the (L, y) pairs at the fitted N)."""
+  rows = _rows(s)
+  ok, text = linear_in_l(*series(rows, _n_fit(rows)))
+  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+
+
 def judge_fig2a_true(s, r) -> Verdict:
   """Fig. 2a: at N = 5 the true distance d̃ grows roughly linearly in L (see
   :func:`linear_in_l` for the thresholds); head mean of d̃ per L."""
-  rows = _rows(s)
-  n = _n_fit(rows)
-  ls, ys = _series(rows, _d_key(r), "L", N=n)
-  ok, text = linear_in_l(ls, ys)
-  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+  return _linear_verdict(s, lambda rows, n: _series(rows, _d_key(r), "L", N=n))
 
 
 def judge_fig2a_expected_printed(s, r) -> Verdict:
   """Fig. 2a: "the expectation also grows linearly in L", with E in its printed form (x̄ per
   AMBIG-17); same thresholds as the true distance (:func:`linear_in_l`)."""
-  rows = _rows(s)
-  n = _n_fit(rows)
-  ls, ys = _series(rows, _printed_e_key(r), "L", N=n)
-  ok, text = linear_in_l(ls, ys)
-  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+  return _linear_verdict(s, lambda rows, n: _series(rows, _printed_e_key(r), "L", N=n))
 
 
 def judge_fig2a_expected_derived(s, r) -> Verdict:
   """The suite's reconstructed E (AMBIG-3 inclusion, AMBIG-4 main or main + Jensen bound)
   against "grows linearly in L" (:func:`linear_in_l`)."""
-  rows = _rows(s)
-  n = _n_fit(rows)
-  ls, ys = _derived_e(rows, "L", r, N=n)
-  ok, text = linear_in_l(ls, ys)
-  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+  return _linear_verdict(s, lambda rows, n: _derived_e(rows, "L", r, N=n))
 
 
 PLATEAU_KNEE = 20.0
@@ -176,25 +171,26 @@ def _converge(ns, d, e) -> tuple[bool, str]:
                     f"N = {ns[-1]:g}")
 
 
-def judge_fig2b_converge_printed(s, r) -> Verdict:
-  """Fig. 2b / Cor. 2(ii) with E in its printed form (AMBIG-17) and d̃ per AMBIG-1;
-  criterion in :func:`_converge`."""
+def _converge_verdict(s, r, expected) -> Verdict:
+  """:func:`_converge` of d̃ (AMBIG-1) and ``expected(rows, L)`` (the (N, E) pairs) at the
+  largest L."""
   rows = _rows(s)
   L = _at_largest_l(rows)
   ns, d = _series(rows, _d_key(r), "N", L=L)
-  _, e = _series(rows, _printed_e_key(r), "N", L=L)
+  _, e = expected(rows, L)
   ok, text = _converge(ns, d, e)
   return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+
+
+def judge_fig2b_converge_printed(s, r) -> Verdict:
+  """Fig. 2b / Cor. 2(ii) with E in its printed form (AMBIG-17) and d̃ per AMBIG-1;
+  criterion in :func:`_converge`."""
+  return _converge_verdict(s, r, lambda rows, L: _series(rows, _printed_e_key(r), "N", L=L))
 
 
 def judge_fig2b_converge_derived(s, r) -> Verdict:
   """The same criterion (:func:`_converge`) with the reconstructed E (AMBIG-3, AMBIG-4)."""
-  rows = _rows(s)
-  L = _at_largest_l(rows)
-  ns, d = _series(rows, _d_key(r), "N", L=L)
-  _, e = _derived_e(rows, "N", r, L=L)
-  ok, text = _converge(ns, d, e)
-  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+  return _converge_verdict(s, r, lambda rows, L: _derived_e(rows, "N", r, L=L))
 
 
 CRITICAL_RATIO, CRITICAL_BAND = 0.06, (0.03, 0.12)

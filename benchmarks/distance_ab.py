@@ -1,0 +1,96 @@
+r"""One layer of Theorem 1's fast path against the same module at an earlier commit, alternating.
+
+  python -m benchmarks.distance_ab --ref=3bd29db [--model=smollm2] [--length=1024] [--pairs=3]
+
+Loads ``limits/distance_fast.py`` as it was at ``--ref`` (``git show``; it must import only
+modules that still exist) beside the current one, takes one layer's weights and value vectors
+from the model (random tokens: only the time matters), checks that both give the same
+HeadStats (1e-12 relative, float64), then times ``layer_stats`` for each case, reference and
+ours alternating in this process, and prints the median ratio with the spread.
+Cases: N = 5 with the bound (Algorithm 1 at one L), N ∈ {1, 5, 10, 20, 100} with the bound
+(Algorithm 2), 8 N without the bound in float32 (one Algorithm 3 probe).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from absl import app, flags
+
+flags.DEFINE_string("ref", "HEAD", "Git revision of the reference limits/distance_fast.py.")
+flags.DEFINE_string("model", "smollm2", "tiny, gpt2_124m (random weights), smollm2, or a dir.")
+flags.DEFINE_integer("length", 1024, "Window length L.")
+flags.DEFINE_integer("layer", 1, "Which layer's records to use.")
+flags.DEFINE_integer("pairs", 3, "Alternating (reference, ours) pairs per case.")
+flags.DEFINE_string("cases", "alg1,alg2,alg3", "Which cases: alg1 (N = 5, bound), alg2 (five N, bound), alg3 (8 N, KS probe).")
+FLAGS = flags.FLAGS
+
+
+def _load_ref(rev: str):
+  root = Path(__file__).resolve().parents[1]
+  try:
+    src = subprocess.run(["git", "show", f"{rev}:limits/distance_fast.py"], cwd=root,
+                         check=True, capture_output=True, text=True).stdout
+  except (OSError, subprocess.CalledProcessError) as e:
+    sys.exit(f"error: cannot read limits/distance_fast.py at --ref={rev!r} ({e})")
+  path = Path(tempfile.mkdtemp()) / "distance_fast_ref.py"
+  path.write_text(src)
+  spec = importlib.util.spec_from_file_location("distance_fast_ref", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def main(argv):
+  del argv
+  import jax
+
+  jax.config.update("jax_enable_x64", True)
+  import jax.numpy as jnp
+  import numpy as np
+
+  from benchmarks import common
+  from limits import distance_fast as ours, models
+
+  ref = _load_ref(FLAGS.ref)
+  config, params = common.load_model(FLAGS.model)
+  L = min(FLAGS.length, config.n_positions)
+  tok = np.random.default_rng(0).integers(0, config.vocab_size, size=(1, L)).astype(np.int32)
+  for i, (_, rec) in enumerate(models.iter_layers(params, jnp.asarray(tok), config)):
+    if i == FLAGS.layer:
+      break
+  w, x = np.asarray(rec.weights, np.float64), np.asarray(rec.v, np.float64)
+  w32, x32 = w.astype(np.float32), x.astype(np.float32)
+  cases = {"alg1": ("N = 5, bound, float64", w, x, [5], True),
+           "alg2": ("N = 1,5,10,20,100, bound, float64", w, x, [1, 5, 10, 20, 100], True),
+           "alg3": ("8 N, no bound, float32", w32, x32, list(range(1, 9)), False)}
+  cases = [cases[c] for c in FLAGS.cases.split(",")]
+  print(f"{FLAGS.model}, L = {L}, layer {FLAGS.layer}, heads {w.shape[1]}, d_head {x.shape[-1]}; "
+        f"reference = limits/distance_fast.py at {FLAGS.ref}", flush=True)
+  for name, wc, xc, ns, bound in cases:
+    srt = ours.sort_rows(wc)
+    run = {m: (lambda m=m: m.layer_stats(wc, xc, ns, bound=bound, sorted_rows=srt))
+           for m in (ref, ours)}
+    a, b = run[ref](), run[ours]()  # warm-up (compiles) and agreement
+    for f in a._fields:
+      np.testing.assert_allclose(np.asarray(getattr(b, f), np.float64),
+                                 np.asarray(getattr(a, f), np.float64),
+                                 rtol=1e-12 if wc.dtype == np.float64 else 1e-4, err_msg=f)
+    times = {ref: [], ours: []}
+    for _ in range(FLAGS.pairs):
+      for m in (ref, ours):
+        t0 = time.perf_counter()
+        run[m]()
+        times[m].append(time.perf_counter() - t0)
+    ratios = sorted(r / o for r, o in zip(times[ref], times[ours]))
+    print(f"  {name}: reference {np.median(times[ref]):.2f} s, ours {np.median(times[ours]):.2f} s"
+          f" per layer; {np.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -31,15 +31,7 @@ from jax import lax
 
 from limits import normalizers
 from limits.results import verdict
-
-
-def loglog_slope(t, y) -> float:
-  """Least-squares slope of log10 y against log10 t (nan if fewer than 2 finite positive points)."""
-  t, y = np.asarray(t, np.float64), np.asarray(y, np.float64)
-  ok = (t > 0) & (y > 0) & np.isfinite(t) & np.isfinite(y)
-  if ok.sum() < 2:
-    return float("nan")
-  return float(np.polyfit(np.log10(t[ok]), np.log10(y[ok]), 1)[0])
+from limits.stats import loglog_slope
 
 
 def figure4_verdicts(temperatures: Sequence[float], curves: Mapping[str, Sequence[float]], *,

@@ -142,14 +142,21 @@ def fit_ratio(ls, ns) -> dict:
 
 
 def linear_fit(xs, ys) -> dict:
-  """y ≈ intercept + slope·x by least squares, with R² (None when under-determined)."""
+  """y ≈ intercept + slope·x by least squares (``scipy.stats.linregress``), with R² (None when
+  under-determined: fewer than 2 points or every x equal; R² = 1 when y is constant)."""
   xs = np.asarray(xs, np.float64)
   ys = np.asarray(ys, np.float64)
   if xs.size < 2 or np.ptp(xs) == 0:
     return {"slope": None, "intercept": None, "r2": None}
-  slope, intercept = np.polyfit(xs, ys, 1)
-  pred = intercept + slope * xs
-  ss_res = float(np.sum((ys - pred) ** 2))
-  ss_tot = float(np.sum((ys - ys.mean()) ** 2))
-  r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-  return {"slope": float(slope), "intercept": float(intercept), "r2": float(r2)}
+  fit = scipy.stats.linregress(xs, ys)
+  r2 = 1.0 if np.ptp(ys) == 0 else float(fit.rvalue) ** 2
+  return {"slope": float(fit.slope), "intercept": float(fit.intercept), "r2": r2}
+
+
+def loglog_slope(xs, ys) -> float:
+  """Least-squares slope of log y against log x over the finite positive points (nan if fewer
+  than 2 such points, or all their x equal); the base of the logarithm does not matter."""
+  x, y = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
+  ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+  fit = linear_fit(np.log10(x[ok]), np.log10(y[ok]))
+  return float("nan") if fit["slope"] is None else fit["slope"]

@@ -95,6 +95,24 @@ def test_fits():
   g = stats.linear_fit([1, 2, 3], [2, 4, 7])
   # Closed form least squares: slope = 2.5, intercept = -2/3.
   assert g["slope"] == pytest.approx(2.5) and g["intercept"] == pytest.approx(-2 / 3)
+  # R² by hand: residuals (1/6, −1/3, 1/6), Σy² about the mean 12.667 → 1 − (1/6)/12.667.
+  assert g["r2"] == pytest.approx(1 - (1 / 6) / (38 / 3))
+  assert stats.linear_fit([1, 1, 1], [1, 2, 3]) == {"slope": None, "intercept": None, "r2": None}
+  assert stats.linear_fit([1, 2, 3], [5, 5, 5])["r2"] == 1.0
+
+
+def test_loglog_slope_is_one_function_for_every_caller():
+  """The claims' criteria and Figure 4's sensitivity read the same log-log fit as stats."""
+  from limits import sensitivity
+  from limits.claims import criteria
+
+  t = np.logspace(-3, 2, 11)
+  for fn in (stats.loglog_slope, sensitivity.loglog_slope, criteria.loglog_slope):
+    assert fn(t, 3.0 * t ** -0.5) == pytest.approx(-0.5, abs=1e-12)
+    assert np.isnan(fn([1.0, 2.0], [1.0, 0.0]))          # one positive point left
+    assert fn([1, 2, 4, np.inf], [1, 2, 4, 8]) == pytest.approx(1.0)  # non-finite points dropped
+  assert criteria.linear_r2([1, 2, 3], [2, 4, 7]) == pytest.approx(1 - (1 / 6) / (38 / 3))
+  assert np.isnan(criteria.linear_r2([1], [1]))
 
 
 def test_bad_arguments():

@@ -6,40 +6,18 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, Sequence
 
+from limits import stats
 from limits.claims.core import Missing
+from limits.stats import loglog_slope  # noqa: F401  (re-exported: the judges' log-log slope)
 
 # Saturation: the slope after the knee at most this fraction of the slope before (Fig. 2b, Fig. 3).
 PLATEAU_RATIO = 0.5
 
 
-def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-  """Least-squares slope of log y against log x (nan if fewer than 2 positive points)."""
-  pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]
-  if len(pts) < 2:
-    return float("nan")
-  mx = sum(p[0] for p in pts) / len(pts)
-  my = sum(p[1] for p in pts) / len(pts)
-  sxx = sum((p[0] - mx) ** 2 for p in pts)
-  if sxx == 0:
-    return float("nan")
-  return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
-
-
 def linear_r2(xs: Sequence[float], ys: Sequence[float]) -> float:
   """R² of the least-squares straight line y ≈ a + b·x (nan if under-determined)."""
-  n = len(xs)
-  if n < 2:
-    return float("nan")
-  mx, my = sum(xs) / n, sum(ys) / n
-  sxx = sum((x - mx) ** 2 for x in xs)
-  syy = sum((y - my) ** 2 for y in ys)
-  if sxx == 0:
-    return float("nan")
-  b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-  if syy == 0:
-    return 1.0
-  res = sum((y - (my + b * (x - mx))) ** 2 for x, y in zip(xs, ys))
-  return 1.0 - res / syy
+  r2 = stats.linear_fit(xs, ys)["r2"]
+  return float("nan") if r2 is None else r2
 
 
 def ks_min_pvalue(n: int, m: Optional[int] = None) -> float:

@@ -8,6 +8,7 @@ from the checkpoint tensors, the full forward vs the streamed paths, or exact id
 import gc
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,9 +94,8 @@ def test_masked_weights_exactly_zero_and_rows_sum_to_one(full):
 
 def test_temperature_sqrt_dhead_equals_default(params, tokens, full):
   out = gpt2.forward(params, tokens, CONFIG, temperature=math.sqrt(CONFIG.d_head))
-  chex_equal = lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  chex_equal(out.logits, full.logits)
-  chex_equal(out.attn.weights, full.attn.weights)
+  chex.assert_trees_all_equal(out.logits, full.logits)
+  chex.assert_trees_all_equal(out.attn.weights, full.attn.weights)
 
 
 def test_temperature_rescales_first_layer_logits(params, tokens, full):

@@ -218,3 +218,25 @@ def test_one_power_iteration_is_a_lower_bound_of_the_svd_norm():
   dense = np.linalg.svd(np.asarray(J.softmax_closed_form(x, 1.0)), compute_uv=False)[:, 0]
   one = np.asarray(J.spectral_norm_matfree(f, x, iters=1))
   assert (one <= dense * (1 + 1e-5)).all() and (one > 0).all()
+
+
+# JAX's own gradient checker beside the comparisons above: forward and reverse mode of every
+# normalizer against its central differences (``jax.test_util.check_grads``, float64; its
+# default per-dtype tolerances). Smooth normalizers to second order; the piecewise ones
+# (sparsemax, entmax15_exact and the bisection entmax have kinks where the support changes) to first order at
+# generic points, where the support is stable within the difference step.
+_SMOOTH = ("softmax", "ssmax", "sa_softmax")
+
+
+@pytest.mark.parametrize("name", N.NAMES)
+def test_check_grads_of_every_normalizer(name):
+  from jax.test_util import check_grads
+
+  with jax.enable_x64(True):
+    fn = N.get(name)
+    x = jnp.asarray(_rows(31, (3, L)))
+    m = jnp.asarray(_mask((3, L), 32)).at[0].set(True)  # check_grads needs a visible key
+    w = jnp.asarray(np.random.default_rng(33).normal(size=(3, L)))
+    f = lambda l: jnp.sum(fn(l, m) * w)
+    order = 2 if name in _SMOOTH else 1
+    check_grads(f, (x,), order=order, modes=("fwd", "rev"))

@@ -69,7 +69,8 @@ def describe() -> str:
   lines = []
   for name in sorted(sweep.EXPERIMENTS):
     exp = sweep.EXPERIMENTS[name]
-    lines.append(f"{name}: {exp.description}")
+    lines.append(f"{name}: {exp.description}" + (
+        " [host kind: one call per batch on each process's default device]" if exp.host else ""))
     static = set(exp.static_names())
     for p, v in exp.defaults.items():
       lines.append(f"  {p} = {v!r}" + ("  (static: one compile per value)" if p in static else ""))

@@ -29,8 +29,8 @@ GRAD_GRID = {"temperature": [1e-4, 0.1, 1.0, 10.0], "epsilon": [1e-3, 10.0],
 
 
 def _distance_grid(root):
-  """distance_model cells on the random model under ``root`` (2 L x 2 N, 2 windows)."""
-  return {"model": str(root / "model"), "text": str(root / "text.txt"), "length": [16, 32],
+  """distance_model cells on the random model under ``root`` (L = 16, 2 N, 2 windows)."""
+  return {"model": str(root / "model"), "text": str(root / "text.txt"), "length": [16],
           "n": [1, 5], "windows": 2}
 
 
@@ -234,6 +234,12 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent("""
       s = sweep.run_sweep("toy", toy, out + "/hosts", seed=7, batch_size=2, devices=4,
                           process_index=p, device_processes=[0, 0, 1, 1], **kw)
       print(json.dumps({"process": p, "computed": s.computed, "shard": s.shard.name}))
+    # The same toy cell as a host kind (engine's host path), same simulated hosts.
+    import dataclasses
+    host = dataclasses.replace(sweep.get_experiment("toy"), name="toy_host", host=True)
+    for p in (0, 1):
+      sweep.run_sweep(host, toy, out + "/hosts_host", seed=7, batch_size=2, devices=4,
+                      process_index=p, device_processes=[0, 0, 1, 1], **kw)
 """)
 
 
@@ -272,35 +278,64 @@ def test_one_and_eight_devices_give_the_same_records(tmp_path, multi_device_runs
       np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=atol, err_msg=f"{c} {k}")
 
 
-def test_distance_model_cells_match_the_library_on_one_and_eight_devices(tmp_path,
-                                                                         multi_device_runs):
-  """Model cells (weights and windows passed as replicated data) against limits.distance's
-  host-streamed ModelEvaluator in float64, on 1 and on 8 simulated devices."""
-  from limits import distance, sources
+def _reference_distance_stats(model, tokens, ns, vectors="value"):
+  """The reference per-row path ``distance.head_stats`` (not the fast path the kind calls) on
+  every layer record of every window, float64: HeadStats (n_layer*H, K) summed over windows."""
+  from limits import distance, models
+
+  ref = jax.jit(distance.head_stats, static_argnames=("n_cap", "bound"))
+  parts = []
+  for w in range(tokens.shape[0]):
+    layers = []
+    for _, rec in models.iter_layers(model.params, tokens[w:w + 1], model.config):
+      x = jnp.asarray(distance.record_vectors(rec, vectors), jnp.float64)
+      st = ref(jnp.asarray(rec.weights, jnp.float64), x, jnp.asarray(ns),
+               n_cap=tokens.shape[1] - 1, bound=True)  # (1, H, K)
+      layers.append([np.asarray(v)[0] for v in st])
+    parts.append([np.concatenate([l[f] for l in layers]) for f in range(len(layers[0]))])
+  return distance.HeadStats(*[
+      np.max(np.stack(v), axis=0) if name.startswith("max_ratio") else np.sum(np.stack(v), axis=0)
+      for name, v in zip(distance.HeadStats._fields, zip(*parts))])
+
+
+def test_distance_model_cells_match_the_reference_path(tmp_path, multi_device_runs):
+  """Model cells (a host kind calling distance.ModelEvaluator) against the per-row reference
+  path distance.head_stats, float64, on the random model; the float32 run on 8 simulated
+  devices agrees."""
+  from limits import sources
 
   out, _ = multi_device_runs
-  grid = _distance_grid(out)
-  _run("distance_model", grid, tmp_path / "dist1", batch_size=2)
-  one, eight = _records(tmp_path / "dist1"), _records(out / "dist8")
-  assert [(i, c) for i, c, _ in one] == [(i, c) for i, c, _ in eight]
-  model = sources.load_model(grid["model"])
-  H = model.config.n_layer * model.config.n_head
-  for (_, c, a), (_, _, b) in zip(one, eight):
-    L, n = c["length"], c["n"]
-    tokens = sources.corpus_windows(model, L, 2, text=grid["text"])
-    ev = distance.ModelEvaluator(model.params, model.config, dtype=np.float64)
-    with jax.enable_x64(True):
-      st = ev.head_stats(tokens, [n], n_cap=L - 1, bound=True)
-      means = {k: np.asarray(v[:, 0]) for k, v in distance.token_means(st).items()}
-    # Every query t > N of every head and window is one row (closed form).
-    assert a["rows"] == b["rows"] == H * 2 * (L - n)
-    assert a["violations"] == b["violations"] == 0  # Theorem 1 (Eq. 9)
-    # float32 cells vs the float64 reference: sums of <= 32 terms of size ~10, 1e-5 relative.
-    for key, ref in (("d_mean", means["d_sum"]), ("expected_mean", means["expected"]),
-                     ("dmax_mean", means["dmax_sum"])):
-      np.testing.assert_allclose(a[key], np.nanmean(ref), rtol=1e-5, err_msg=f"{c} {key}")
-      np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=f"{c} {key} 8 vs 1")
-    np.testing.assert_allclose(a["max_ratio"], np.max(np.asarray(st.max_ratio_sum)), rtol=1e-5)
+  grid = {**_distance_grid(out), "length": [16], "vectors": ["value", "key"]}
+  with jax.enable_x64(True):
+    _run("distance_model", grid, tmp_path / "dist64", batch_size=2)
+    recs = _records(tmp_path / "dist64")
+    model = sources.load_model(grid["model"])
+    H = model.config.n_layer * model.config.n_head
+    tokens = np.asarray(sources.corpus_windows(model, 16, 2, text=grid["text"]))
+    refs = {v: _reference_distance_stats(model, tokens, grid["n"], v) for v in grid["vectors"]}
+    assert len(recs) == 4
+    for _, c, a in recs:
+      L, n, k = c["length"], c["n"], grid["n"].index(c["n"])
+      st = refs[c["vectors"]]
+      cnt = np.asarray(st.count[:, k], np.float64)
+      # Every query t > N of every head and window is one row (closed form).
+      assert a["rows"] == int(cnt.sum()) == H * 2 * (L - n)
+      assert a["violations"] == int(np.sum(st.viol_sum[:, k])) == 0  # Theorem 1 (Eq. 9)
+      for key, field in (("d_mean", "d_sum"), ("expected_mean", "expected"),
+                         ("dmax_mean", "dmax_sum")):
+        ref = np.mean(np.asarray(getattr(st, field))[:, k] / cnt)
+        np.testing.assert_allclose(a[key], ref, rtol=1e-10, err_msg=f"{c} {key}")
+      np.testing.assert_allclose(a["max_ratio"], np.max(st.max_ratio_sum[:, k]), rtol=1e-10)
+  # The float32 run on 8 simulated devices (one host call per batch of 8 slots) against the
+  # float64 cells above: sums of <= 32 terms of size ~10, 1e-5 relative.
+  by_cell = {(c["n"], c["vectors"]): a for _, c, a in recs}
+  eight = _records(out / "dist8")
+  assert len(eight) == 2
+  for _, c, b in eight:
+    a = by_cell[(c["n"], c["vectors"])]
+    assert a["rows"] == b["rows"] and a["violations"] == b["violations"] == 0
+    for key in ("d_mean", "expected_mean", "dmax_mean", "max_ratio"):
+      np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=f"{c} {key} f32 8 devices")
 
 
 def test_padding_when_devices_do_not_divide_cells(tmp_path, multi_device_runs):
@@ -333,6 +368,17 @@ def test_simulated_multi_host_writes_own_shards(tmp_path, multi_device_runs):
   assert [h["computed"] for h in hosts] == [8, 6]
   _run("toy", TOY_GRID, tmp_path, seed=7, batch_size=1)
   assert _records(d) == _records(tmp_path)
+
+
+def test_host_kind_splits_batches_between_processes_like_a_traced_kind(multi_device_runs):
+  """The engine's host path (toy's cell function called on the host) on two simulated hosts:
+  each process writes the cells its devices own in the sharded path, with the same records."""
+  out, _ = multi_device_runs
+  for p in (0, 1):
+    traced = {json.loads(l)["id"] for l in _lines(out / "hosts" / f"records.{p}.jsonl") if l}
+    host = {json.loads(l)["id"] for l in _lines(out / "hosts_host" / f"records.{p}.jsonl") if l}
+    assert host == traced
+  assert _records(out / "hosts_host") == _records(out / "hosts")
 
 
 def test_select_devices_errors():

@@ -29,6 +29,12 @@ Execution (JAX's own sharding, no home-made scheduler):
   program and agree bitwise; a 1-device program is compiled without partitioning, which XLA may
   fuse differently, so float results can differ from multi-device ones in the last bits (the
   tests measure both).
+- Host kinds (``Experiment.host``, e.g. ``distance_model``, which calls the host-side
+  ``ModelEvaluator``): batches are cut and owned exactly as above, but each process calls
+  ``fn`` once per batch on the host, with NumPy parameters of the slots it owns (no padding,
+  no jit, no shard_map; the same cell keys); ``fn``'s own JAX work runs on the process's
+  default device, so extra local devices do not speed it up. Store, resume and records are the
+  same as for traced kinds.
 """
 
 from __future__ import annotations
@@ -127,6 +133,55 @@ def _host_rows(tree: Mapping[str, Any]) -> dict[int, dict[str, np.ndarray]]:
       for j, slot in enumerate(range(start, stop)):
         rows.setdefault(slot, {})[name] = data[j]
   return rows
+
+
+def _cell_keys(seed: int, halves: np.ndarray):
+  """(run_key, per-cell keys (b,)) as in the jitted step: fold_in(fold_in(key(seed), hi), lo)."""
+  import jax
+
+  run_key = jax.random.key(np.uint32(seed))
+  keys = jax.vmap(lambda h, l: jax.random.fold_in(jax.random.fold_in(run_key, h), l))(
+      halves[:, 0], halves[:, 1])
+  return run_key, keys
+
+
+def _host_batch(exp: Experiment, grid: Grid, b: Sequence[int], static_names, numeric, fdt,
+                seed: int, batch_size: int, pidx: int, owners: Sequence[int],
+                done_mask: np.ndarray, host_data: dict) -> list[str]:
+  """One batch of a host kind (``exp.host``): the record lines of this process's unfinished
+  cells. The batch's slots are owned as in the sharded path (slot s by ``owners[s //
+  batch_size]``); this process computes all of its slots (finished ones too, so a resumed run
+  sees the same batches as an uninterrupted one), without padding, in one call of ``exp.fn``
+  on the host (its JAX work on the default device)."""
+  mine = [s for s in range(len(b)) if owners[s // batch_size] == pidx]
+  if not mine or all(done_mask[b[s]] for s in mine):
+    return []
+  cells = [grid.cells[b[s]] for s in mine]
+  static = {n: cells[0][n] for n in static_names}
+  skey = tuple(canonical_json(static[n]) for n in static_names)
+  if skey not in host_data:
+    host_data.clear()  # batches come grouped by static values: free the previous group's data
+    host_data[skey] = None if exp.inputs is None else exp.inputs(static)
+  extra = {} if exp.inputs is None else {"data": host_data[skey]}
+  params = {n: np.asarray([c[n] for c in cells],
+                          dtype=fdt if isinstance(exp.defaults[n], float) else np.int32)
+            for n in numeric}
+  ids = grid.ids
+  halves = np.asarray([id_halves(ids[b[s]]) for s in mine], dtype=np.uint32)
+  run_key, keys = _cell_keys(seed, halves)
+  out = exp.fn(static, params, keys, run_key, **extra)
+  check(isinstance(out, Mapping), f"experiment {exp.name!r} must return a dict of arrays")
+  out = {k: np.asarray(v) for k, v in out.items()}
+  for k, v in out.items():
+    check(v.ndim >= 1 and v.shape[0] == len(mine),
+          f"experiment {exp.name!r}: output {k!r} has shape {v.shape}, "
+          f"expected ({len(mine)}, ...)")
+  lines = []
+  for j, s in enumerate(mine):
+    i = b[s]
+    if not done_mask[i]:
+      lines.append(record_line(ids[i], i, grid.cells[i], {k: v[j] for k, v in out.items()}))
+  return lines
 
 
 class _StopRequest:
@@ -239,6 +294,7 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
   pending = int(sum((~done_mask[b]).sum() for b in batches))
   fdt = float_dtype()
   steps: dict[tuple, Any] = {}
+  host_data: dict[tuple, Any] = {}  # host kinds: the current static group's inputs
   computed = 0
   seed_arr = np.asarray(seed, dtype=np.uint32)
   show = progress and pidx == 0
@@ -247,6 +303,13 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
     for b in batches:
       if stop.requested:  # Ctrl-C arrived during the previous batch, now recorded
         raise KeyboardInterrupt
+      if exp.host:
+        lines = _host_batch(exp, grid, b, static_names, numeric, fdt, seed, batch_size, pidx,
+                            owners, done_mask, host_data)
+        append_lines(own, lines)
+        computed += len(lines)
+        bar.update(int((~done_mask[b]).sum()))
+        continue
       idx = b + [b[-1]] * (gb - len(b))  # pad by repeating the last cell
       cells = [grid.cells[i] for i in idx]
       static = {n: cells[0][n] for n in static_names}

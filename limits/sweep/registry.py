@@ -35,6 +35,15 @@ class Experiment:
       that every cell with those static values shares; it is placed replicated on the mesh once
       per static group and passed to ``fn`` as ``data=`` (an argument of the jitted step, never
       a baked-in constant).
+    host: False (default): ``fn`` is traced, jitted and run under ``jax.shard_map`` on the mesh.
+      True: ``fn`` is host code (NumPy, host sorting, its own jits; not traceable) that the
+      engine calls once per batch with NumPy ``params`` holding only the batch's cells this
+      process owns (no padding), the per-cell keys, the run key and ``data=inputs(static)`` as
+      host arrays; it returns a dict of per-cell NumPy or JAX arrays ``(b, ...)``. Its JAX work
+      runs on the process's default device; batches are still cut and split between processes
+      as for a traced kind (the same owners), and the store, resume and record format are the
+      same. Used by kinds that call a library implementation written for the host (e.g.
+      ``distance_model`` -> ``limits.distance_model.ModelEvaluator``).
   """
 
   name: str
@@ -45,6 +54,7 @@ class Experiment:
   validate: Callable[[Mapping[str, Any]], None] | None = None
   description: str = ""
   inputs: Callable[[Mapping[str, Any]], Any] | None = None
+  host: bool = False
 
   def static_names(self) -> tuple[str, ...]:
     names = [n for n, v in self.defaults.items()

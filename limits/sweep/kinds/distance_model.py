@@ -1,5 +1,8 @@
 """The ``distance_model`` sweep kind: Theorem 1 (Algorithms 1-2) on a model's own attention.
 
+A host kind (``Experiment.host``): each batch calls ``limits.distance_model.ModelEvaluator``,
+the implementation ``experiments.distance`` uses, on the process's default device.
+
 AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 """
 
@@ -12,6 +15,9 @@ import numpy as np
 from limits.errors import check
 from limits.sweep.engine import float_dtype
 from limits.sweep.registry import Experiment, register
+
+# The CLI's choices (experiments.distance --vectors), AMBIG-7.
+VECTORS = ("value", "key", "hidden")
 
 
 @functools.lru_cache(maxsize=2)
@@ -32,50 +38,41 @@ def _distance_model_inputs(static):
 
 
 def _distance_model_fn(static, params, keys, run_key, data):
-  """Theorem 1 (Algorithms 1-2) on a model's own attention, one cell per (L, N).
+  """Theorem 1 (Algorithms 1-2) on a model's own attention, one cell per (L, N); a host kind.
 
-  The corpus windows (W, L) of the group run through ``models.forward`` once per step; each
-  layer's record is reduced inside the layer scan by ``distance.head_stats`` for every N of the
-  step's cells (the N axis is the batch), with x = value vectors or hidden states (AMBIG-7),
-  every query t > N with its causal prefix (AMBIG-8). Per cell, over the n_layer * n_head heads
-  (token-averaged first, Algorithm 1): ``d_mean`` / ``expected_mean`` / ``dmax_mean`` (mean over
-  heads of d̃ (sum form, AMBIG-1), its Jensen expectation (AMBIG-3/4) and the Eq. 9 bound),
-  ``violations`` (rows with d̃ > d_max, Theorem 1 says 0), ``max_ratio`` (max d̃/d_max) and
-  ``rows`` (query rows checked). The same numbers as ``experiments.distance`` at that L and N.
+  The single implementation of ``experiments.distance``: ``distance.ModelEvaluator.head_stats``
+  (the fast path ``distance_fast.layer_stats``, host NumPy sorting + jit) streams the group's
+  corpus windows (W, L) through the model layer by layer, once per batch for every N of the
+  batch's cells, with x = value or key vectors or hidden states (AMBIG-7), every query t > N
+  with its causal prefix (AMBIG-8), in the sweep's float dtype (float64 with ``--x64``).
+  Per cell, over the n_layer * n_head heads (token-averaged first, Algorithm 1; the same
+  reductions as ``distance_model.tabulate``'s summary rows): ``d_mean`` / ``expected_mean`` /
+  ``dmax_mean`` (mean over heads of d̃ (sum form, AMBIG-1), its Jensen expectation
+  (AMBIG-3/4) and the Eq. 9 bound), ``violations`` (rows with d̃ > d_max, Theorem 1 says 0),
+  ``max_ratio`` (max d̃/d_max) and ``rows`` (query rows checked).
   """
-  import jax.numpy as jnp
-
-  from limits import distance, models
+  from limits import distance
 
   model = _model(static["model"])
-  L = static["length"]
-  ns = params["n"]                                                    # (b,)
-  dt = jnp.dtype(float_dtype())
-
-  def reduce(rec):
-    x = distance.record_vectors(rec, static["vectors"]).astype(dt)
-    return distance.head_stats(rec.weights.astype(dt), x, ns, n_cap=L - 1,
-                               inclusion=static["inclusion"], bound=True)  # (W, H, b)
-
-  st = models.forward(data["params"], data["tokens"], model.config, lm_head=False,
-                    record_fn=reduce).attn                            # (n_layer, W, H, b)
-  # Sum over windows (max for the ratios), then heads = layer x head, layer-major.
-  heads = distance.HeadStats(*[
-      (jnp.max(v, axis=1) if name.startswith("max_ratio") else jnp.sum(v, axis=1)).reshape(
-          (-1, v.shape[-1]))
-      for name, v in zip(distance.HeadStats._fields, st)])             # (n_layer*H, b)
-  means = distance.token_means(heads)                                  # (n_layer*H, b)
-  return {"d_mean": jnp.nanmean(means["d_sum"], axis=0),
-          "expected_mean": jnp.nanmean(means["expected"], axis=0),
-          "dmax_mean": jnp.nanmean(means["dmax_sum"], axis=0),
-          "violations": jnp.sum(heads.viol_sum, axis=0),
-          "max_ratio": jnp.max(heads.max_ratio_sum, axis=0),
-          "rows": jnp.sum(heads.count, axis=0)}
+  ns = [int(n) for n in np.asarray(params["n"])]
+  uniq = sorted(set(ns))
+  col = [uniq.index(n) for n in ns]
+  ev = distance.ModelEvaluator(data["params"], model.config, vectors=static["vectors"],
+                               inclusion=static["inclusion"], dtype=float_dtype())
+  st = ev.head_stats(data["tokens"], uniq, bound=True)               # (n_layer*H, K) each
+  means = {k: np.asarray(v)[:, col] for k, v in distance.token_means(st).items()}
+  with np.errstate(all="ignore"):
+    return {"d_mean": np.nanmean(means["d_sum"], axis=0),
+            "expected_mean": np.nanmean(means["expected"], axis=0),
+            "dmax_mean": np.nanmean(means["dmax_sum"], axis=0),
+            "violations": np.asarray(st.viol_sum)[:, col].sum(axis=0),
+            "max_ratio": np.asarray(st.max_ratio_sum)[:, col].max(axis=0),
+            "rows": np.asarray(st.count)[:, col].sum(axis=0)}
 
 
 def _distance_model_validate(cell):
-  check(cell["vectors"] in ("value", "hidden"),
-        f"vectors={cell['vectors']!r}; choose value or hidden")
+  check(cell["vectors"] in VECTORS,
+        f"vectors={cell['vectors']!r}; choose one of {', '.join(VECTORS)}")
   check(cell["inclusion"] in ("n_over_l_minus_1", "n_over_l"),
         f"inclusion={cell['inclusion']!r}; choose n_over_l_minus_1 or n_over_l")
   check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
@@ -85,7 +82,7 @@ def _distance_model_validate(cell):
 
 
 register(Experiment(
-    name="distance_model", fn=_distance_model_fn, inputs=_distance_model_inputs,
+    name="distance_model", fn=_distance_model_fn, inputs=_distance_model_inputs, host=True,
     defaults={"model": "tiny", "length": 256, "n": 5, "windows": 1, "vectors": "value",
               "inclusion": "n_over_l_minus_1", "text": ""},
     static=("length", "windows"),

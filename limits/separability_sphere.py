@@ -2,7 +2,8 @@
 points uniform on the sphere S^{d-1}(M) and the Monte Carlo estimate of N_s/N with the
 per-sample bounds (the counting itself: :mod:`limits.separability_rows`).
 
-Monte Carlo (``monte_carlo``) draws fresh points uniform on S^{d-1}(M) (normalised Gaussians)
+Monte Carlo (``monte_carlo_detail``, ``monte_carlo``; the ``separability_sphere`` sweep kind
+runs the same per-sample core :func:`sample_stats` and reductions) draws fresh points uniform on S^{d-1}(M) (normalised Gaussians)
 for each sample, with per-sample keys ``fold_in(key, sample_index)``, so the estimate does not
 depend on the chunk size or on the number of devices the sample axis is sharded over.
 """
@@ -57,8 +58,19 @@ def sphere_points(key, L: int, dim: int, M, dtype=None):
 STAT_NAMES = ("frac", "r", "delta", "lower", "lower_raw", "upper")
 
 
-def _sample_stats(key, index, alphas, rank, ns, dim, M, delta_fixed, with_bounds, rule):
-  """Stats of one sample: (S, H, K) with S = len(STAT_NAMES). alphas (H, L), ns (K,)."""
+def sample_stats(key, index, alphas, rank, ns, dim: int, M, delta_fixed=None, *,
+                 with_bounds: bool = True, rule: str = "strict"):
+  """The Monte Carlo's per-sample core (jittable, vmappable; ``index`` and ``ns`` may be traced).
+
+  Sample ``index`` draws x (L, dim) uniform on S^{dim-1}(M) from ``fold_in(key, index)``
+  (:func:`sphere_points`), then for every weight row and every n: N_s/N, r, delta (the
+  minimum pairwise distance, or ``delta_fixed``; NaN when ``with_bounds`` is False and no
+  delta is fixed) and both Theorem 2 bounds with that sample's r and delta
+  (``separability_rows.row_stats``). alphas (H, L), rank = ``sort_desc(alphas)``, ns (K,).
+  Returns (S, H, K) with S = len(STAT_NAMES). :func:`monte_carlo_detail` and the
+  ``separability_sphere`` sweep kind both call it; reduce its outputs with
+  :func:`sample_moments`, :func:`merge_moments` and :func:`mean_stderr`.
+  """
   L = alphas.shape[-1]
   x = sphere_points(jax.random.fold_in(key, index), L, dim, M, alphas.dtype)   # (L, dim)
   if with_bounds and delta_fixed is None:
@@ -81,8 +93,48 @@ def _sample_stats(key, index, alphas, rank, ns, dim, M, delta_fixed, with_bounds
 
 def _chunk_stats(key, indices, alphas, rank, ns, M, delta_fixed, *, dim, with_bounds, rule):
   """(c, S, H, K) stats for the sample indices of one chunk (vmapped over samples)."""
-  one = lambda i: _sample_stats(key, i, alphas, rank, ns, dim, M, delta_fixed, with_bounds, rule)
+  one = lambda i: sample_stats(key, i, alphas, rank, ns, dim, M, delta_fixed,
+                               with_bounds=with_bounds, rule=rule)
   return jax.vmap(one)(indices)
+
+
+class Moments(NamedTuple):
+  """Running moments of per-sample stats: ``count`` samples, ``total`` (S, H, K) their sums,
+  ``m2`` (H, K) the sum of squared deviations of N_s/N from its mean. NumPy or JAX arrays
+  (traced too): only arithmetic is used."""
+  count: int
+  total: Any
+  m2: Any
+
+
+def sample_moments(stats) -> Moments:
+  """Moments of a block of per-sample stats (c, S, H, K) from :func:`sample_stats` (two-pass:
+  deviations from the block's own mean)."""
+  c = int(stats.shape[0])
+  total = stats.sum(axis=0)
+  f = stats[:, 0]
+  return Moments(c, total, ((f - total[0] / c) ** 2).sum(axis=0))
+
+
+def merge_moments(a: "Moments | None", b: Moments) -> Moments:
+  """Moments of two disjoint blocks of samples as one (Chan et al.'s pairwise update)."""
+  if a is None:
+    return b
+  n = a.count + b.count
+  d = b.total[0] / b.count - a.total[0] / a.count
+  return Moments(n, a.total + b.total, a.m2 + b.m2 + d * d * (a.count * b.count / n))
+
+
+def mean_stderr(m: Moments):
+  """(mean (S, H, K), stderr (H, K)): sample means of every stat, and the standard error of
+  the mean of N_s/N, sqrt(m2 / ((count - 1) count)) (+inf for one sample). The one place the
+  Monte Carlo's standard error is computed (library and sweep kind)."""
+  mean = m.total / m.count
+  if m.count > 1:
+    stderr = (m.m2 / ((m.count - 1) * m.count)) ** 0.5
+  else:
+    stderr = m.m2 * 0 + float("inf")
+  return mean, stderr
 
 
 _chunk_stats_jit = jax.jit(_chunk_stats, static_argnames=("dim", "with_bounds", "rule"))
@@ -182,9 +234,7 @@ def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | No
   if shard is not None:
     args = jax.device_put(args, shard[1])
   key_r, alphas_r, rank_r, ns_r, M_r, dfix_r = args
-  S = len(STAT_NAMES)
-  tot = np.zeros((S, H, K))
-  tot2 = np.zeros((H, K))
+  mom = None
   for start in range(0, samples, chunk):
     idx = np.arange(start, start + chunk, dtype=np.int32)
     valid = idx < samples
@@ -192,17 +242,11 @@ def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | No
     out = _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r, dim=int(dim),
                            with_bounds=bool(with_bounds), rule=rule)
     out = np.asarray(out, dtype=np.float64)[valid]            # (c, S, H, K)
-    tot += out.sum(axis=0)
-    tot2 += (out[:, 0] ** 2).sum(axis=0)
+    mom = merge_moments(mom, sample_moments(out))
     if progress is not None:
       progress(int(valid.sum()))
-  mean = tot / samples
+  mean, stderr = mean_stderr(mom)
   f = mean[0]
-  if samples > 1:
-    var = np.maximum(tot2 - samples * f * f, 0) / (samples - 1)
-    stderr = np.sqrt(var / samples)
-  else:
-    stderr = np.full_like(f, np.inf)
 
   def shape(a):
     a = np.asarray(a)

@@ -181,11 +181,37 @@ def test_gradient_cells_match_independent_computation(tmp_path):
     assert r["result"]["g_max"] <= np.sqrt(2) / eps * (1 + 1e-6)
 
 
-def test_separability_cells_match_monte_carlo(tmp_path):
+def _numpy_sphere_mc(alpha, n, dim, samples, seed):
+  """Independent NumPy Monte Carlo of Theorem 2's N_s/N (strict rule) and of delta: own RNG,
+  own top-n selection, own distances. Returns (mean, stderr) of N_s/N and mean delta."""
+  rng = np.random.default_rng(seed)
+  a = np.asarray(alpha, np.float64)
+  L = a.size
+  sel = np.zeros(L, bool)
+  sel[np.argsort(-a, kind="stable")[:n]] = True
+  fracs, deltas = [], []
+  for _ in range(samples):
+    x = rng.standard_normal((L, dim))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)          # uniform on the unit sphere
+    s = (a[sel, None] * x[sel]).sum(axis=0)
+    dist = np.linalg.norm(a[:, None] * x - s, axis=1)
+    r = dist[~sel].min() if (~sel).any() else np.inf
+    fracs.append(np.sum(dist[sel] < r) / n)
+    pd = np.linalg.norm(x[:, None] - x[None], axis=-1)
+    deltas.append(pd[np.triu_indices(L, 1)].min())
+  f = np.asarray(fracs)
+  return f.mean(), f.std(ddof=1) / np.sqrt(samples), np.mean(deltas)
+
+
+def test_separability_cells_match_an_independent_numpy_monte_carlo(tmp_path):
+  """The kind runs the library's Monte Carlo (separability_sphere.sample_stats and
+  mean_stderr); checked against an independent NumPy estimate: means within 4 combined
+  standard errors, the stated standard error within 30% of the NumPy one (S = 300: the
+  relative error of an estimated standard deviation is ~1/sqrt(2S) = 4%)."""
   from limits import separability
 
-  seed, L, dim, S = 5, 12, 6, 40
-  grid = {"n": [1, 3, 12], "length": L, "dim": dim, "samples": S, "temperature": [0.5]}
+  seed, L, dim, S = 5, 12, 6, 300
+  grid = {"n": [1, 3, 6, 12], "length": L, "dim": dim, "samples": S, "temperature": [0.5]}
   _run("separability_sphere", grid, tmp_path, seed=seed, batch_size=2)
   recs = sweep.collect(tmp_path, complete=True)
   run_key = jax.random.key(seed)
@@ -196,21 +222,41 @@ def test_separability_cells_match_monte_carlo(tmp_path):
       temperature=0.5)
   np.testing.assert_allclose(alpha, ref_alpha, rtol=1e-6)
   for r in recs:
-    n = r["cell"]["n"]
-    mc = separability.monte_carlo_detail(sweep.separability_points_key(run_key), ref_alpha, n,
-                                         dim, 1.0, S)
-    res = r["result"]
-    # Same point sets, second implementation (host-chunked float64 sums vs traced lax.map):
-    # float32 sums of 40 terms agree to ~1e-6 relative; 1e-5 with margin.
-    np.testing.assert_allclose(res["frac_mean"], mc.mean, rtol=1e-5)
-    np.testing.assert_allclose(res["frac_stderr"], mc.stderr, rtol=1e-4, atol=1e-7)
-    np.testing.assert_allclose(res["delta_mean"], mc.mean_delta, rtol=1e-5)
-    np.testing.assert_allclose(res["upper_mean"], mc.mean_upper, rtol=1e-5)
-    np.testing.assert_allclose(res["lower_mean"], mc.mean_lower, rtol=1e-5, atol=1e-6)
+    n, res = r["cell"]["n"], r["result"]
+    mean, se, delta = _numpy_sphere_mc(ref_alpha, n, dim, 4 * S, seed=n)
     if n == 1:  # a single selected token has s = alpha_1 x_1 at distance 0: always separable
-      assert res["frac_mean"] == 1.0
-    if n == L:  # no non-selected token: r = +inf, every token counts
-      assert res["r_mean"] == "inf" and res["frac_mean"] == 1.0
+      assert res["frac_mean"] == mean == 1.0 and res["frac_stderr"] == 0.0
+    elif n == L:  # no non-selected token: r = +inf, every token counts
+      assert res["r_mean"] == "inf" and res["frac_mean"] == mean == 1.0
+    else:
+      assert abs(res["frac_mean"] - mean) <= 4 * np.hypot(res["frac_stderr"], se), (n, res, mean)
+      assert 0.7 < res["frac_stderr"] / (se * 2) < 1.3, (n, res["frac_stderr"], se * 2)
+    # delta: the mean minimum pairwise distance, same law (stderr not recorded: 5% margin).
+    np.testing.assert_allclose(res["delta_mean"], delta, rtol=0.05)
+  # Wiring: a cell is the library's monte_carlo_detail with the documented points key.
+  mc = separability.monte_carlo_detail(sweep.separability_points_key(run_key), ref_alpha, 6,
+                                       dim, 1.0, S)
+  res = next(r["result"] for r in recs if r["cell"]["n"] == 6)
+  np.testing.assert_allclose(res["frac_mean"], mc.mean, rtol=1e-5)
+  np.testing.assert_allclose(res["frac_stderr"], mc.stderr, rtol=1e-4)
+
+
+def test_monte_carlo_moments_merge_chunks_exactly():
+  """monte_carlo_detail's chunked moments (Chan's merge over 6 chunks, the last padded) equal
+  numpy's mean and std(ddof=1)/sqrt(S) of the per-sample N_s/N over every sample at once."""
+  from limits import separability_sphere as mc
+
+  with jax.enable_x64(True):
+    key, L, dim, S = jax.random.key(2), 10, 3, 23
+    alpha = mc.synthetic_alpha("zipf", L, jax.random.key(1))
+    parts = mc.monte_carlo_detail(key, alpha, [2, 5], dim, 1.0, S, chunk=4)
+    a2 = alpha[None]
+    per = jax.jit(jax.vmap(lambda i: mc.sample_stats(key, i, a2, mc.sort_desc(a2),
+                                                     jnp.asarray([2, 5]), dim, 1.0)))(
+        jnp.arange(S))
+    per = np.asarray(per)[:, 0, 0]  # (S, K) N_s/N
+    np.testing.assert_allclose(parts.mean, per.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(parts.stderr, per.std(axis=0, ddof=1) / np.sqrt(S), rtol=1e-10)
 
 
 # ---------------------------------------------------------------------------------- devices

@@ -45,20 +45,22 @@ def separability_points_key(run_key):
 
 
 def _separability_fn(static, params, keys, run_key):
-  """Theorem 2 on the sphere (Algorithm 4 with synthetic embeddings).
+  """Theorem 2 on the sphere (Algorithm 4 with synthetic embeddings), the library's Monte Carlo.
 
-  Per cell: weights alpha (length,) of ``alpha_kind`` (temperature / zipf_s), ``samples`` point
-  sets x (length, dim) uniform on S^{dim-1}(M) (``separability.sphere_points``), and for each:
-  r, delta (``min_pairwise_distance``), N_s/N and both Theorem 2 bounds with that sample's r
-  and delta (``separability.row_stats``, the same formulas as ``theorem2_bounds``). Results:
+  Per cell: weights alpha (length,) of ``alpha_kind`` (temperature / zipf_s), and ``samples``
+  point sets, each reduced by ``separability_sphere.sample_stats`` (the per-sample core of
+  ``separability.monte_carlo_detail``: x (length, dim) uniform on S^{dim-1}(M), r, delta, N_s/N
+  and both Theorem 2 bounds with that sample's r and delta), then
+  ``sample_moments``/``mean_stderr`` (the library's mean and standard error). Results:
   ``frac_mean``, ``frac_stderr`` (of N_s/N over samples) and the sample means of r, delta and
   the bounds (``lower`` clipped at 0, ``lower_raw`` not). Alpha and points are shared by all
-  cells of a run (common random numbers); the per-cell key is not used.
+  cells of a run (common random numbers); the per-cell key is not used. A cell therefore equals
+  ``monte_carlo_detail(separability_points_key(run_key), alpha, n, dim, M, samples)``.
   """
   import jax
   import jax.numpy as jnp
 
-  from limits import separability as sep
+  from limits import separability_sphere as mc
 
   L, dim, S = static["length"], static["dim"], static["samples"]
   T, M, zs, ns = params["temperature"], params["M"], params["zipf_s"], params["n"]  # (b,)
@@ -69,24 +71,16 @@ def _separability_fn(static, params, keys, run_key):
 
   def one(t, m, z, n):
     alpha = separability_alpha(static["alpha_kind"], run_key, L, t, z, T.dtype)[None]  # (1, L)
-    srt = sep.sort_desc(alpha)                     # (1, L) row_stats takes sorted weights
-    visible = jnp.ones(alpha.shape, bool)
-
-    def sample(i):
-      x = sep.sphere_points(jax.random.fold_in(pkey, i), L, dim, m, alpha.dtype)  # (L, dim)
-      delta = sep.min_pairwise_distance(x)
-      dl = jnp.where(jnp.isfinite(delta), delta, 0)
-      st = sep.row_stats(alpha, srt, visible, x, n, m, dl)
-      return jnp.stack([st.frac[0], st.r[0], delta, st.lower[0], st.lower_raw[0], st.upper[0]])
-
-    out = jax.lax.map(sample, jnp.arange(S, dtype=jnp.int32), batch_size=chunk)  # (S, 6)
-    mean = out.mean(axis=0)
-    f = out[:, 0]
-    stderr = (jnp.sqrt(jnp.sum((f - mean[0]) ** 2) / (S - 1) / S) if S > 1
-              else jnp.asarray(jnp.inf, f.dtype))
-    return {"frac_mean": mean[0], "frac_stderr": stderr, "r_mean": mean[1],
-            "delta_mean": mean[2], "lower_mean": mean[3], "lower_raw_mean": mean[4],
-            "upper_mean": mean[5]}
+    rank = mc.sort_desc(alpha)
+    nk = jnp.reshape(n, (1,))
+    st = jax.lax.map(lambda i: mc.sample_stats(pkey, i, alpha, rank, nk, dim, m),
+                     jnp.arange(S, dtype=jnp.int32), batch_size=chunk)  # (S, 6, 1, 1)
+    mean, stderr = mc.mean_stderr(mc.sample_moments(st))
+    mean = mean[:, 0, 0]
+    i = {name: j for j, name in enumerate(mc.STAT_NAMES)}
+    return {"frac_mean": mean[i["frac"]], "frac_stderr": stderr[0, 0], "r_mean": mean[i["r"]],
+            "delta_mean": mean[i["delta"]], "lower_mean": mean[i["lower"]],
+            "lower_raw_mean": mean[i["lower_raw"]], "upper_mean": mean[i["upper"]]}
 
   return jax.vmap(one)(T, M, zs, ns)
 

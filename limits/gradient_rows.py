@@ -1,8 +1,9 @@
 """Per-row measurements of the gradient experiment: Corollary 3, Lemma 2 and Algorithm 5.
 
 The computations shared by the task (:func:`limits.gradient.run`) and the ``gradient`` sweep
-kind (``limits/sweep/kinds/gradient.py``): the synthetic logit rows (:func:`synthetic_rows`)
-and the exact Jacobian norm of each row (:func:`row_norms`); plus what the task measures at one
+kind (``limits/sweep/kinds/gradient.py``): the synthetic logit rows (:func:`synthetic_rows`),
+g(T, ε) of each row (:func:`g_rows`) and the exact Jacobian norm of each row
+(:func:`row_norms`); plus what the task measures at one
 temperature (:func:`run_temperature`: exact norms against the closed form and central
 differences, Corollary 3's two bounds, Lemma 2's bound, the tied-top-two counterexample, and
 the statistics of g(T, ε)). Shapes: a block of rows is (R, L); Jacobians are (R, L, L).
@@ -27,6 +28,24 @@ def synthetic_rows(key, rows: int, length: int, scale, dtype):
   import jax
 
   return scale * jax.random.normal(key, (rows, length), dtype)
+
+
+def g_rows(norm_fn, logits, mask, temperatures, epsilons, keys):
+  """The paper's g(T, ε) = ‖N((l + εv)/T) − N(l/T)‖₂/ε (Algorithm 5) of each row: the one
+  implementation, used by the CLI (through ``sensitivity.fd_batch``, which cuts the sampled
+  rows into padded blocks and calls the same traced block function) and by the ``gradient``
+  sweep kind (inside its jitted, sharded step).
+
+  logits, mask (S, L); temperatures (K,); epsilons (E,); keys (S,): one PRNG key per row.
+  Direction convention (AMBIG-13): row r with key k_r gets, for the e-th ε, the unit vector
+  ``jacobians.random_directions(jax.random.split(k_r, E)[e], (L,), mask_r)`` (isotropic
+  Gaussian over the visible positions), shared by the K temperatures (common random numbers).
+  ``norm_fn(z, mask)`` is the normalizer applied to z = l/T and must be hashable (a
+  ``normalizers.get`` result). Traceable (T, ε and the keys may be traced). Returns (S, K, E).
+  """
+  from limits import sensitivity
+
+  return sensitivity._fd_block(norm_fn, logits, mask, temperatures, epsilons, keys)
 
 
 # ----------------------------------------------------------------------------- Jacobian norms

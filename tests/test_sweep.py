@@ -153,7 +153,10 @@ def test_gradient_cells_match_independent_computation(tmp_path):
     sm = lambda l: jax.nn.softmax(l / T)  # reference softmax, not limits.normalizers
     X = c * Z
     J = jax.vmap(jax.jacfwd(sm))(X)  # exact Jacobian by autodiff, (R, L, L)
-    v = jacobians.random_directions(key, Z.shape, dtype=Z.dtype)  # documented unit directions
+    # Documented unit directions: row r uses split(cell key, R)[r], then split(row key, 1)[0].
+    v = jax.vmap(lambda k: jacobians.random_directions(jax.random.split(k, 1)[0], Z.shape[1:],
+                                                       dtype=Z.dtype))(
+        jax.random.split(key, Z.shape[0]))
     g = jnp.linalg.norm(sm(X + eps * v) - sm(X), axis=-1) / eps
     return J, jnp.linalg.norm(v, axis=-1), g
 

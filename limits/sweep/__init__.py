@@ -9,7 +9,9 @@
 - :mod:`limits.sweep.engine`: :func:`run_sweep`, which runs any registered experiment over a
   grid (sharded, resumable); it imports no theorem module.
 - :mod:`limits.sweep.kinds`: one module per experiment (``toy``, ``gradient``,
-  ``separability_sphere``, ``distance_model``), each registering itself on import.
+  ``separability_sphere``, ``distance_model``), each registering itself on import and each
+  calling the library implementation its CLI uses (``distance_model`` is a host kind,
+  ``Experiment.host``: ``ModelEvaluator`` runs on the host, not under shard_map).
 
 Everything callers use is importable from ``limits.sweep`` itself.
 """

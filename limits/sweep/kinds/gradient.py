@@ -34,27 +34,38 @@ def _gradient_fn(static, params, keys, run_key):
 
   Per cell: logits = logit_scale * Z, Z (rows, length) standard Gaussians shared by the run
   (``gradient_rows.synthetic_rows``, the CLI's synthetic source, here with the cell's scale);
-  the normalizer is applied to logits / T (``gradient_rows.row_fn``; for softmax this is
-  Eq. 2). Results: ``g_mean``/``g_max`` over rows of g(T, eps) = ||fn(l + eps v) - fn(l)|| / eps
-  (``jacobians.fd_sensitivity``, a fresh unit direction v per row from the cell's key), and
+  the normalizer is applied to logits / T (for softmax this is Eq. 2). Results:
+  ``g_mean``/``g_max`` over rows of g(T, eps) = ||N((l + eps v)/T) - N(l/T)|| / eps by
+  ``gradient_rows.g_rows``, the function the CLI uses, with its direction convention: row r
+  uses key ``jax.random.split(cell_key, rows)[r]`` and, with the cell's single eps, direction
+  ``random_directions(jax.random.split(row_key, 1)[0], (length,))``; and
   ``jac_norm_mean``/``jac_norm_max`` of the exact Jacobian's spectral norm
   (``gradient_rows.row_norms``, as in the CLI). ``jacobian``: "dense" (softmax: the closed form
   (diag a - a a^T)/T; others: jacfwd; then a dense SVD; memory b x rows x L x L per device),
   "secular" (softmax only: ``jacobians.softmax_closed_form_norm``, O(L) per row, for long rows)
   or "none" (no Jacobian outputs).
+
+  Defaults differ from the CLI's (``limits.gradient.GradientConfig``) and are kept so that
+  existing sweep grids keep their cell ids: ``logit_scale`` 1.0 here vs 8.0 (σ = √64) there,
+  ``rows`` 128 here (every row gets g) vs 256 rows there (``rows``, with g on ``fd_rows`` =
+  256 sampled rows); the CLI also draws its rows from ``key(seed)`` split three ways, the
+  sweep from ``fold_in(run_key, "logi")``, so the two never see the same rows.
   """
   import jax
+  import jax.numpy as jnp
 
-  from limits import gradient_rows, jacobians
+  from limits import gradient_rows, normalizers
 
   name = static["normalizer"]
+  norm_fn = normalizers.get(name)
   T, eps, scale = params["temperature"], params["epsilon"], params["logit_scale"]  # (b,)
   key_z = jax.random.fold_in(run_key, _LOGITS_TAG)
+  R, L = static["rows"], static["length"]
 
   def one(t, e, c, key):
-    logits = gradient_rows.synthetic_rows(key_z, static["rows"], static["length"], c,
-                                          T.dtype)  # (R, L), c * Z
-    g = jacobians.fd_sensitivity(gradient_rows.row_fn(name, {}, t), logits, e, key)  # (R,)
+    logits = gradient_rows.synthetic_rows(key_z, R, L, c, T.dtype)  # (R, L), c * Z
+    g = gradient_rows.g_rows(norm_fn, logits, jnp.ones((R, L), bool), t[None], e[None],
+                             jax.random.split(key, R))[:, 0, 0]  # (R,)
     out = {"g_mean": g.mean(), "g_max": g.max()}
     if static["jacobian"] == "none":
       return out

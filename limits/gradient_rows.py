@@ -33,7 +33,7 @@ def synthetic_rows(key, rows: int, length: int, scale, dtype):
 def g_rows(norm_fn, logits, mask, temperatures, epsilons, keys):
   """The paper's g(T, ε) = ‖N((l + εv)/T) − N(l/T)‖₂/ε (Algorithm 5) of each row: the one
   implementation, used by the CLI (through ``sensitivity.fd_batch``, which cuts the sampled
-  rows into padded blocks and calls the same traced block function) and by the ``gradient``
+  rows into padded blocks and calls this function on each) and by the ``gradient``
   sweep kind (inside its jitted, sharded step).
 
   logits, mask (S, L); temperatures (K,); epsilons (E,); keys (S,): one PRNG key per row.
@@ -43,9 +43,27 @@ def g_rows(norm_fn, logits, mask, temperatures, epsilons, keys):
   ``norm_fn(z, mask)`` is the normalizer applied to z = l/T and must be hashable (a
   ``normalizers.get`` result). Traceable (T, ε and the keys may be traced). Returns (S, K, E).
   """
-  from limits import sensitivity
+  return _g_rows_jit()(norm_fn, logits, mask, temperatures, epsilons, keys)
 
-  return sensitivity._fd_block(norm_fn, logits, mask, temperatures, epsilons, keys)
+
+@functools.lru_cache(maxsize=None)
+def _g_rows_jit():
+  import jax
+  import jax.numpy as jnp
+
+  from limits import jacobians
+
+  def block(norm_fn, l, m, T, eps, keys):
+    def one(lr, mr, k):
+      v = jax.vmap(lambda ke: jacobians.random_directions(ke, lr.shape, mr, lr.dtype))(
+          jax.random.split(k, eps.size))  # (E, L)
+      base = jax.vmap(lambda t: norm_fn(lr / t, mr))(T)  # (K, L)
+      pert = jax.vmap(lambda t: jax.vmap(lambda e, vv: norm_fn((lr + e * vv) / t, mr))(eps, v))(T)
+      return jnp.linalg.norm(pert - base[:, None, :], axis=-1) / eps[None, :]  # (K, E)
+
+    return jax.vmap(one)(l, m, keys)
+
+  return jax.jit(block, static_argnums=(0,))
 
 
 # ----------------------------------------------------------------------------- Jacobian norms

@@ -204,6 +204,8 @@ def fd_batch(norm_fn, logits, mask, temperatures, epsilons, key, *,
   row comparable across T); row r uses ``fold_in(key, r)``, so a row's g does not depend on
   which other rows are sampled. ``norm_fn(z, mask)`` is the normalizer applied to z = l/T.
   """
+  from limits import gradient_rows
+
   l = np.asarray(logits)
   S, L = l.shape
   m = np.asarray(mask, bool)
@@ -217,23 +219,9 @@ def fd_batch(norm_fn, logits, mask, temperatures, epsilons, key, *,
     lb, mb = np.zeros((block, L), l.dtype), np.zeros((block, L), bool)
     lb[:n], mb[:n] = l[s:s + n], m[s:s + n]  # padded: one compile
     kb = keys[np.minimum(np.arange(s, s + block), S - 1)]
-    out[s:s + n] = np.asarray(_fd_block(norm_fn, jnp.asarray(lb), jnp.asarray(mb), T, eps,
-                                        kb))[:n]
+    out[s:s + n] = np.asarray(gradient_rows.g_rows(norm_fn, jnp.asarray(lb), jnp.asarray(mb),
+                                                   T, eps, kb))[:n]
   return out
-
-
-@functools.partial(jax.jit, static_argnums=(0,))
-def _fd_block(norm_fn, l, m, T, eps, keys):
-  from limits import jacobians
-
-  def one(lr, mr, k):
-    v = jax.vmap(lambda ke: jacobians.random_directions(ke, lr.shape, mr, lr.dtype))(
-        jax.random.split(k, eps.size))  # (E, L)
-    base = jax.vmap(lambda t: norm_fn(lr / t, mr))(T)  # (K, L)
-    pert = jax.vmap(lambda t: jax.vmap(lambda e, vv: norm_fn((lr + e * vv) / t, mr))(eps, v))(T)
-    return jnp.linalg.norm(pert - base[:, None, :], axis=-1) / eps[None, :]  # (K, E)
-
-  return jax.vmap(one)(l, m, keys)
 
 
 def sample_rows(groups, per_group: int, seed: int) -> np.ndarray:

@@ -17,7 +17,6 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from absl import app, flags
@@ -81,15 +80,8 @@ def main(argv):
       np.testing.assert_allclose(np.asarray(getattr(b, f), np.float64),
                                  np.asarray(getattr(a, f), np.float64),
                                  rtol=1e-12 if wc.dtype == np.float64 else 1e-4, err_msg=f)
-    times = {ref: [], ours: []}
-    for _ in range(FLAGS.pairs):
-      for m in (ref, ours):
-        t0 = time.perf_counter()
-        run[m]()
-        times[m].append(time.perf_counter() - t0)
-    ratios = sorted(r / o for r, o in zip(times[ref], times[ours]))
-    print(f"  {name}: reference {np.median(times[ref]):.2f} s, ours {np.median(times[ours]):.2f} s"
-          f" per layer; {np.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})", flush=True)
+    res = common.alternate(run[ref], run[ours], pairs=FLAGS.pairs, warmup=False)
+    print("  " + common.line(f"{name}, per layer", res), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,14 @@ from limits.errors import LimitsError
 from limits.results import atomic_write_text
 
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one).")
-flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
-flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
-flags.register_validator("width", lambda v: v is not None and v >= 20,
-                         message="--width must be an integer >= 20")
+def define_flags() -> None:
+  """Defines this CLI's flags and their validators (called only when run as a program, so
+  every experiments module can be imported beside the others)."""
+  flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one).")
+  flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
+  flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
+  flags.register_validator("width", lambda v: v is not None and v >= 20,
+                           message="--width must be an integer >= 20")
 
 
 @cli.guard
@@ -45,4 +48,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -36,14 +36,17 @@ FLAGS = flags.FLAGS
 EXPERIMENT = runner.EXPERIMENT
 DEFAULTS = {"model": "tiny", "data_dir": None, "text": None, "windows": None, "seed": 0,
             "out_dir": None}
-cli_flags.define_corpus_flags(
-    DEFAULTS, model="'tiny' (embedded), 'smollm2', a model name, a directory or a weight file.",
-    windows="Corpus windows per length (default 1 quick, 4 full).")
-cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
-flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
-flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
-flags.DEFINE_bool("resume", True, "Skip steps whose DONE marker matches the same command and "
-                  "whose results.json loads.")
+def define_flags() -> None:
+  """Defines this CLI's flags and their validators (called only when run as a program, so
+  every experiments module can be imported beside the others)."""
+  cli_flags.define_corpus_flags(
+      DEFAULTS, model="'tiny' (embedded), 'smollm2', a model name, a directory or a weight file.",
+      windows="Corpus windows per length (default 1 quick, 4 full).")
+  cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
+  flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
+  flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
+  flags.DEFINE_bool("resume", True, "Skip steps whose DONE marker matches the same command and "
+                    "whose results.json loads.")
 
 EXIT_STEP_FAILED = 1
 
@@ -75,4 +78,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(cli.guard(main))

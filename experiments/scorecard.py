@@ -25,34 +25,38 @@ EXPERIMENT = "scorecard"
 
 DEFAULTS = {"model": "tiny", "text": None, "data_dir": None, "seed": 0, "out_dir": None,
             "plot": True}
-cli_flags.define_corpus_flags(
-    DEFAULTS, model="Model spec: 'tiny', 'smollm2', a directory, a .gguf file or a hub name.",
-    data_dir="Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded corpus).",
-    windows=None)
-cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, plot="Write scorecard.png.",
-                           seed="Seed: calibration windows, Jacobian rows, directions of g.")
-flags.DEFINE_string("candidates", "softmax,softmax_t0.5,softmax_t2,sparsemax,entmax1.5,"
-                    "entmax4/3,ssmax,softplus", "Comma-separated candidates (must include "
-                    "softmax, the reference).")
-flags.DEFINE_integer("length", 256, "Window length L (evaluation and calibration).")
-flags.DEFINE_integer("eval_windows", 2, "Held-out evaluation windows (the first of the corpus).")
-flags.DEFINE_integer("calib_windows", 2, "Calibration windows (seeded, after the evaluation ones).")
-flags.DEFINE_float("calib_lo", 1 / 64, "Calibration bracket: smallest multiplier c.")
-flags.DEFINE_float("calib_hi", 16.0, "Calibration bracket: largest multiplier c.")
-flags.DEFINE_integer("calib_grid", 5, "Log-spaced grid points (plus c = 1) before the search.")
-flags.DEFINE_integer("calib_iters", 5, "Evaluations of Brent's bounded search after the grid.")
-flags.DEFINE_string("lemma1_lengths", "", "Causal prefixes t for Lemma 1 (default: 16, 32, ... "
-                    "up to L, and L).")
-flags.DEFINE_string("distance_ns", "5,100", "Top-N values at which d̃ is reported (N < L).")
-flags.DEFINE_string("sep_ns", "16,32,64", "Top-N values averaged into the N_s/N plateau.")
-flags.DEFINE_integer("jac_rows", 64, "Sampled rows for the exact Jacobian norms and g.")
-flags.DEFINE_float("epsilon", 0.1, "ε of the finite-difference sensitivity g(T, ε).")
-flags.DEFINE_integer("layer_stride", 1, "Metrics on every k-th layer (the swap is in all).")
-flags.DEFINE_integer("timing_rounds", 3, "Interleaved rounds for the forward-time cost.")
-cli.require_positive_ints("length", "eval_windows", "calib_windows", "calib_grid", "jac_rows",
-                          "layer_stride", "timing_rounds")
-cli.require("calib_iters", cli.nonnegative, "be >= 0")
-cli.require_positive_numbers("calib_lo", "calib_hi", "epsilon")
+def define_flags() -> None:
+  """Defines this CLI's flags and their validators (called only when run as a program, so
+  every experiments module can be imported beside the others)."""
+  cli_flags.define_corpus_flags(
+      DEFAULTS, model="Model spec: 'tiny', 'smollm2', a directory, a .gguf file or a hub name.",
+      data_dir="Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded corpus).",
+      windows=None)
+  cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, plot="Write scorecard.png.",
+                             seed="Seed: calibration windows, Jacobian rows, directions of g.")
+  flags.DEFINE_string("candidates", "softmax,softmax_t0.5,softmax_t2,sparsemax,entmax1.5,"
+                      "entmax4/3,ssmax,softplus", "Comma-separated candidates (must include "
+                      "softmax, the reference).")
+  flags.DEFINE_integer("length", 256, "Window length L (evaluation and calibration).")
+  flags.DEFINE_integer("eval_windows", 2, "Held-out evaluation windows (the first of the corpus).")
+  flags.DEFINE_integer("calib_windows", 2,
+                       "Calibration windows (seeded, after the evaluation ones).")
+  flags.DEFINE_float("calib_lo", 1 / 64, "Calibration bracket: smallest multiplier c.")
+  flags.DEFINE_float("calib_hi", 16.0, "Calibration bracket: largest multiplier c.")
+  flags.DEFINE_integer("calib_grid", 5, "Log-spaced grid points (plus c = 1) before the search.")
+  flags.DEFINE_integer("calib_iters", 5, "Evaluations of Brent's bounded search after the grid.")
+  flags.DEFINE_string("lemma1_lengths", "", "Causal prefixes t for Lemma 1 (default: 16, 32, ... "
+                      "up to L, and L).")
+  flags.DEFINE_string("distance_ns", "5,100", "Top-N values at which d̃ is reported (N < L).")
+  flags.DEFINE_string("sep_ns", "16,32,64", "Top-N values averaged into the N_s/N plateau.")
+  flags.DEFINE_integer("jac_rows", 64, "Sampled rows for the exact Jacobian norms and g.")
+  flags.DEFINE_float("epsilon", 0.1, "ε of the finite-difference sensitivity g(T, ε).")
+  flags.DEFINE_integer("layer_stride", 1, "Metrics on every k-th layer (the swap is in all).")
+  flags.DEFINE_integer("timing_rounds", 3, "Interleaved rounds for the forward-time cost.")
+  cli.require_positive_ints("length", "eval_windows", "calib_windows", "calib_grid", "jac_rows",
+                            "layer_stride", "timing_rounds")
+  cli.require("calib_iters", cli.nonnegative, "be >= 0")
+  cli.require_positive_numbers("calib_lo", "calib_hi", "epsilon")
 
 
 
@@ -110,4 +114,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(cli.guard(main))

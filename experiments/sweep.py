@@ -35,31 +35,34 @@ from limits import cli, results, sweep
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("experiment", "gradient",
-                    f"registered experiment: {', '.join(sorted(sweep.EXPERIMENTS))}")
-flags.DEFINE_string("grid", None, "grid axes 'NAME=v1,v2;NAME2=...' (default: the experiment's)")
-flags.DEFINE_string("config", None, "grid JSON file (instead of --grid)")
-flags.DEFINE_integer("devices", 0, "number of devices to use (the first k); 0 = all")
-flags.DEFINE_boolean("resume", True, "continue a matching run in --out_dir; --noresume refuses "
-                     "a non-empty --out_dir")
-flags.DEFINE_integer("batch_size", 8, "cells per device per step")
-flags.DEFINE_integer("seed", 0, "run seed; cell keys are fold_in(key(seed), cell id)")
-flags.DEFINE_boolean("x64", False, "compute in float64")
-flags.DEFINE_string("out_dir", None, "run directory (default results/sweep_<experiment>/<time>)")
-flags.DEFINE_boolean("progress", True, "show a progress bar with rate and ETA")
-flags.DEFINE_boolean("describe", False, "print the experiments, their parameters and default "
-                     "grids, then exit")
+def define_flags() -> None:
+  """Defines this CLI's flags and their validators (called only when run as a program, so
+  every experiments module can be imported beside the others)."""
+  flags.DEFINE_string("experiment", "gradient",
+                      f"registered experiment: {', '.join(sorted(sweep.EXPERIMENTS))}")
+  flags.DEFINE_string("grid", None, "grid axes 'NAME=v1,v2;NAME2=...' (default: the experiment's)")
+  flags.DEFINE_string("config", None, "grid JSON file (instead of --grid)")
+  flags.DEFINE_integer("devices", 0, "number of devices to use (the first k); 0 = all")
+  flags.DEFINE_boolean("resume", True, "continue a matching run in --out_dir; --noresume refuses "
+                       "a non-empty --out_dir")
+  flags.DEFINE_integer("batch_size", 8, "cells per device per step")
+  flags.DEFINE_integer("seed", 0, "run seed; cell keys are fold_in(key(seed), cell id)")
+  flags.DEFINE_boolean("x64", False, "compute in float64")
+  flags.DEFINE_string("out_dir", None, "run directory (default results/sweep_<experiment>/<time>)")
+  flags.DEFINE_boolean("progress", True, "show a progress bar with rate and ETA")
+  flags.DEFINE_boolean("describe", False, "print the experiments, their parameters and default "
+                       "grids, then exit")
 
-flags.register_validator(
-    "experiment", lambda v: v in sweep.EXPERIMENTS,
-    message=f"unknown experiment; choose from {', '.join(sorted(sweep.EXPERIMENTS))}")
-flags.register_validator("batch_size", lambda v: v is not None and v >= 1,
-                         message="--batch_size must be a positive integer")
-flags.register_validator("devices", lambda v: v is not None and v >= 0,
-                         message="--devices must be >= 0 (0 = all devices)")
-flags.register_multi_flags_validator(
-    ["grid", "config"], lambda d: not (d["grid"] and d["config"]),
-    message="give either --grid or --config, not both")
+  flags.register_validator(
+      "experiment", lambda v: v in sweep.EXPERIMENTS,
+      message=f"unknown experiment; choose from {', '.join(sorted(sweep.EXPERIMENTS))}")
+  flags.register_validator("batch_size", lambda v: v is not None and v >= 1,
+                           message="--batch_size must be a positive integer")
+  flags.register_validator("devices", lambda v: v is not None and v >= 0,
+                           message="--devices must be >= 0 (0 = all devices)")
+  flags.register_multi_flags_validator(
+      ["grid", "config"], lambda d: not (d["grid"] and d["config"]),
+      message="give either --grid or --config, not both")
 
 CONFIG_FLAGS = ("experiment", "grid", "config", "devices", "resume", "batch_size", "seed", "x64",
                 "out_dir")
@@ -147,4 +150,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(cli.guard(main))

@@ -1,8 +1,8 @@
 """The flags several ``experiments/*`` CLIs share, defined in one place.
 
-Each CLI calls these from its ``define_flags`` (run only under ``__main__``) with its defaults (its config dataclass instance, or a
-mapping for a CLI without one) and, where its wording differs, its own help text; a help of
-``None`` leaves that flag out. The flags count as the calling CLI's own (``--help`` lists them
+Each CLI calls these from its ``define_flags`` (run only under ``__main__``) with its defaults
+(its config dataclass instance, or a mapping for a CLI without one) and, where its wording
+differs, its own help text; a help of ``None`` leaves that flag out. The flags count as the calling CLI's own (``--help`` lists them
 and :func:`limits.cli.run_identity` reads them), because this module disclaims key flags.
 
 - :func:`define_corpus_flags`: ``--model``, ``--text``, ``--data_dir``, ``--windows`` (> 0).

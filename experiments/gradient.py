@@ -30,7 +30,6 @@ the violation flags) and gradient.png (Figure 4 style).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 from absl import app, flags
@@ -94,7 +93,7 @@ def main(argv):
   plan = gradient.plan(config)  # parses and validates; one-line errors before any output
   out_dir = results_lib.prepare_out_dir(config.out_dir, gradient.EXPERIMENT)
   write = functools.partial(results_lib.write_results, out_dir, gradient.EXPERIMENT,
-                            dataclasses.asdict(config), seed=config.seed)
+                            results_lib.config_record(config), seed=config.seed)
   result = gradient.run(plan, checkpoint=write)
   gradient_report.write_outputs(out_dir, plan, result, write)
 

@@ -12,9 +12,9 @@ every reading of the ambiguities it depends on.
 Before the first step it checks the model, the corpus (``--data_dir``,
 ``--text`` or ``$LIMITS_DATA_DIR`` override it) and that the output folder can be written, and
 stops with one line if one is wrong. Steps run as subprocesses (``python -m experiments.X``),
-each exactly the command a user would type. A finished step leaves ``OUT/<step>/DONE`` holding
-its command; a rerun skips it only if its results.json still loads, so an interrupted
-reproduction resumes and loses at most the step in flight. Killing this process (Ctrl-C,
+each exactly the command a user would type. A rerun skips a step whose ``OUT/<step>/results.json``
+is a finished run recording the same settings, so an interrupted reproduction resumes and loses
+at most the step in flight. Killing this process (Ctrl-C,
 SIGTERM, SIGHUP, even SIGKILL) ends the running step too, so a rerun never shares a step folder
 with a leftover process. A step that fails marks its claims "not run (step X failed)"; the
 reasons are printed once at the end with each step's log, and the exit code is 1.
@@ -45,8 +45,8 @@ def define_flags() -> None:
   cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
   flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
   flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
-  flags.DEFINE_bool("resume", True, "Skip steps whose DONE marker matches the same command and "
-                    "whose results.json loads.")
+  flags.DEFINE_bool("resume", True, "Skip steps whose results.json is a finished run with the "
+                    "same settings.")
 
 EXIT_STEP_FAILED = 1
 
@@ -60,8 +60,7 @@ def main(argv):
                       f"{', '.join(rp.STEP_NAMES)}")
   settings = rp.Settings(model=FLAGS.model, quick=FLAGS.quick, seed=FLAGS.seed,
                          windows=FLAGS.windows, data_dir=FLAGS.data_dir, text=FLAGS.text)
-  run_config = res.flags_config(FLAGS, ("model", "quick", "data_dir", "text", "windows", "only",
-                                        "seed", "resume"))
+  run_config = cli.run_identity()  # the command's settings, less the execution-only flags
   steps = [s for s in rp.STEPS if not only or s.name in only]
   config, what = runner.check_prerequisites(steps, settings)  # one line, exit 2 if unusable
   out = res.prepare_out_dir(FLAGS.out_dir, EXPERIMENT)  # writable and locked, or one line

@@ -64,9 +64,6 @@ def define_flags() -> None:
       ["grid", "config"], lambda d: not (d["grid"] and d["config"]),
       message="give either --grid or --config, not both")
 
-CONFIG_FLAGS = ("experiment", "grid", "config", "devices", "resume", "batch_size", "seed", "x64",
-                "out_dir")
-
 
 def describe() -> str:
   lines = []
@@ -140,7 +137,7 @@ def main(argv):
       "records_csv": csv_path.name,
       "records": [{"id": r["id"], "cell": r["cell"], "result": r["result"]} for r in records],
   }
-  results.write_results(out, "sweep", results.flags_config(FLAGS, CONFIG_FLAGS), res,
+  results.write_results(out, "sweep", cli.run_identity(), res,
                         seed=FLAGS.seed)
   print(f"sweep: {summary.computed} cells computed, {summary.done_before} already done, "
         f"{len(records)}/{summary.n_cells} recorded, {summary.seconds:.1f} s on "

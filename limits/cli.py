@@ -26,14 +26,14 @@ from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
+from limits import results
 from limits.errors import LimitsError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 SEED_RANGE = (0, 2**32)
 # Flags that change how a run executes, not what it computes (not part of a run's identity).
-EXECUTION_FLAGS = frozenset({"out_dir", "overwrite", "progress", "plot", "resume", "only",
-                             "devices", "verbosity"})
+EXECUTION_FLAGS = results.EXECUTION_FIELDS
 
 flags.DEFINE_boolean("overwrite", False, "Let this run replace the results of a different run "
                      "in --out_dir (default: refuse; the same command continues its own run).")

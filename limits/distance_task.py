@@ -24,10 +24,6 @@ from limits.errors import check
 EXPERIMENT = "distance"
 MODES = ("vary_length", "vary_n", "critical_n")
 # The settings recorded in results.json "config" (out_dir and plot change no result).
-CONFIG_FLAGS = ("mode", "model", "text", "data_dir", "windows", "lengths", "ns", "form",
-                "vectors", "inclusion", "ks_alpha", "search", "batch", "max_n", "seed", "x64",
-                "ks_x64")
-
 
 @dataclasses.dataclass(frozen=True)
 class DistanceConfig:
@@ -52,10 +48,6 @@ class DistanceConfig:
   ks_x64: bool = False  # critical_n: float64 for the KS-only search too
   out_dir: str | None = None  # run directory (default results/distance/<time>)
   plot: bool = True  # write the figure
-
-  def record(self) -> dict:
-    """results.json ``config``: the settings of :data:`CONFIG_FLAGS`, in that order."""
-    return {name: getattr(self, name) for name in CONFIG_FLAGS}
 
 
 def lengths_for(config: DistanceConfig, model) -> list[int]:
@@ -144,7 +136,7 @@ def run(config: DistanceConfig):
   lengths = lengths_for(config, model)
   ns = ns_for(config, lengths)
   out_dir = res.prepare_out_dir(config.out_dir, EXPERIMENT)
-  record = config.record()
+  record = res.config_record(config)
   record.update({"lengths_used": lengths, "ns_used": ns, "model_info": model.info()})
   # Windows first (cheap), so a too-short corpus fails before any compute.
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,

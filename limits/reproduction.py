@@ -23,95 +23,101 @@ from limits import claims
 FULL_LENGTHS = "32,64,128,256,512,1024"
 
 
+Overrides = Mapping[str, Any]  # config field (= flag name) -> value
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
-  """One experiment command: ``python -m <module> <full or quick flags>`` into ``OUT/<name>``.
+  """One experiment run: its CLI ``module`` with config overrides, into ``OUT/<name>``.
 
-  ``uses_model`` steps also get ``--model``, ``--windows`` and the corpus flags, and have their
-  lengths fitted to the model's context (:func:`fit_to_context`). A ``reading`` step reruns the
-  step it names under another option of an ambiguity, ``(base step, AMBIG-n, option)``: the
-  claims decided by the base step are judged on its outputs under that option.
+  ``full`` (the paper's settings) and ``quick`` (a few minutes on 2 CPU cores) map fields of
+  the experiment's config dataclass (the CLI's flags of the same names) to values; the rest
+  keep their defaults. ``uses_model`` steps also get ``model``, ``windows`` and the corpus
+  settings, and have their lengths fitted to the model's context (:func:`fit_to_context`). A
+  ``reading`` step reruns the step it names under another option of an ambiguity, ``(base
+  step, AMBIG-n, option)``: the claims decided by the base step are judged on its outputs under
+  that option.
   """
 
   name: str
   module: str
-  full: tuple[str, ...]   # the paper's settings (docs/claims.md)
-  quick: tuple[str, ...]  # a few minutes on 2 CPU cores
+  full: Overrides
+  quick: Overrides
   uses_model: bool = True
   reading: Optional[tuple[str, str, str]] = None
 
 
 STEPS = (
     Step("gradient", "experiments.gradient",
-         ("--source=model", "--length=1024", "--rows=64"),
-         ("--source=model", "--length=128", "--rows=32", "--check_rows=4",
-          "--temperatures=1e-3,3e-3,1e-2,3e-2,0.1,0.3,1,3,10,30,100")),
+         dict(source="model", length=1024, rows=64),
+         dict(source="model", length=128, rows=32, check_rows=4,
+              temperatures="1e-3,3e-3,1e-2,3e-2,0.1,0.3,1,3,10,30,100")),
     Step("gradient_synthetic", "experiments.gradient",
-         ("--source=synthetic", "--length=64", "--rows=256"),
-         ("--source=synthetic", "--length=32", "--rows=64", "--check_rows=4",
-          "--temperatures=1e-3,1e-2,0.1,1,10,100"), uses_model=False),
-    Step("vanishing", "experiments.vanishing", (f"--lengths={FULL_LENGTHS}",),
-         ("--lengths=32,64,128,256",)),
+         dict(source="synthetic", length=64, rows=256),
+         dict(source="synthetic", length=32, rows=64, check_rows=4,
+              temperatures="1e-3,1e-2,0.1,1,10,100"), uses_model=False),
+    Step("vanishing", "experiments.vanishing", dict(lengths=FULL_LENGTHS),
+         dict(lengths="32,64,128,256")),
     Step("distance_vary_length", "experiments.distance",
-         ("--mode=vary_length", f"--lengths={FULL_LENGTHS}", "--ns=5"),
-         ("--mode=vary_length", "--lengths=32,64,128,256,512", "--ns=5")),
+         dict(mode="vary_length", lengths=FULL_LENGTHS, ns="5"),
+         dict(mode="vary_length", lengths="32,64,128,256,512", ns="5")),
     Step("distance_vary_n", "experiments.distance",
-         ("--mode=vary_n", "--lengths=1024", "--ns=1,5,10,20,100"),
-         ("--mode=vary_n", "--lengths=512", "--ns=1,5,10,20,100")),
+         dict(mode="vary_n", lengths="1024", ns="1,5,10,20,100"),
+         dict(mode="vary_n", lengths="512", ns="1,5,10,20,100")),
     Step("distance_critical_n", "experiments.distance",
-         ("--mode=critical_n", f"--lengths={FULL_LENGTHS}", "--ks_alpha=0.01"),
-         ("--mode=critical_n", "--lengths=64,128,256", "--ks_alpha=0.01")),
+         dict(mode="critical_n", lengths=FULL_LENGTHS, ks_alpha=0.01),
+         dict(mode="critical_n", lengths="64,128,256", ks_alpha=0.01)),
     Step("separability_sphere", "experiments.separability",
-         ("--source=sphere", "--length=1024", "--samples=2000"),
-         ("--source=sphere", "--length=256", "--samples=200", "--heads=4"), uses_model=False),
+         dict(source="sphere", length=1024, samples=2000),
+         dict(source="sphere", length=256, samples=200, heads=4), uses_model=False),
     Step("separability_model", "experiments.separability",
-         ("--source=model", "--length=1024", "--n_values=1,2,4,8,16,32,64,128"),
-         ("--source=model", "--length=256", "--n_values=1,2,4,8,16,32,64,128")),
+         dict(source="model", length=1024, n_values="1,2,4,8,16,32,64,128"),
+         dict(source="model", length=256, n_values="1,2,4,8,16,32,64,128")),
 )
 # AMBIG-7: the vectors x_i of Theorems 1 and 2 are the per-head value vectors by default; the
 # other two readings (per-head keys, the layer's normalised residual stream) rerun every step
 # whose claims depend on x_i, appended so the default-reading steps come first.
-VECTOR_READINGS = (("key", "--vectors=key"), ("hidden", "--vectors=hidden"))
+VECTOR_READINGS = ("key", "hidden")
 
 
-def _reading_steps(base: Step, ambig: str, options) -> tuple[Step, ...]:
-  return tuple(dataclasses.replace(base, name=f"{base.name}_{key}", full=base.full + (flag,),
-                                   quick=base.quick + (flag,), reading=(base.name, ambig, key))
-               for key, flag in options)
+def _reading_steps(base: Step, ambig: str, field: str, options) -> tuple[Step, ...]:
+  return tuple(dataclasses.replace(base, name=f"{base.name}_{key}",
+                                   full={**base.full, field: key},
+                                   quick={**base.quick, field: key},
+                                   reading=(base.name, ambig, key))
+               for key in options)
 
 
 STEPS += tuple(alt for base in STEPS
                if base.name.startswith("distance") or base.name == "separability_model"
-               for alt in _reading_steps(base, "AMBIG-7", VECTOR_READINGS))
+               for alt in _reading_steps(base, "AMBIG-7", "vectors", VECTOR_READINGS))
 STEP_NAMES = tuple(s.name for s in STEPS)
 
 
-def fit_to_context(args: Sequence[str], ctx: int) -> list[str]:
-  """Step flags with every length clipped to the model's context ``ctx`` (n_positions).
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in str(text).split(",")]
 
-  ``--length=L`` becomes min(L, ctx); ``--lengths=`` keeps the values <= ctx (or [ctx] if none
-  is); ``--ns=`` and ``--n_values=`` keep the N below the smallest length used (or that length
-  minus one), since queries t <= N are skipped (AMBIG-8).
+
+def fit_to_context(overrides: Overrides, ctx: int) -> dict[str, Any]:
+  """Overrides with every length clipped to the model's context ``ctx`` (n_positions).
+
+  ``length`` becomes min(L, ctx); ``lengths`` keeps the values <= ctx (or [ctx] if none is);
+  ``ns`` and ``n_values`` keep the N below the smallest length used (or that length minus
+  one), since queries t <= N are skipped (AMBIG-8).
   """
-  out, lengths = [], []
-  for a in args:
-    name, _, value = a.partition("=")
-    if name == "--length":
-      v = min(int(value), ctx)
-      lengths.append(v)
-      a = f"--length={v}"
-    elif name == "--lengths":
-      vs = [int(x) for x in value.split(",") if int(x) <= ctx] or [ctx]
-      lengths += vs
-      a = "--lengths=" + ",".join(map(str, vs))
-    out.append(a)
+  out, lengths = dict(overrides), []
+  if "length" in out:
+    out["length"] = min(int(out["length"]), ctx)
+    lengths.append(out["length"])
+  if "lengths" in out:
+    vs = [v for v in _ints(out["lengths"]) if v <= ctx] or [ctx]
+    lengths += vs
+    out["lengths"] = ",".join(map(str, vs))
   if lengths:
     top = min(lengths)
-    for i, a in enumerate(out):
-      name, _, value = a.partition("=")
-      if name in ("--ns", "--n_values"):
-        ns = [int(x) for x in value.split(",") if int(x) < top] or [top - 1]
-        out[i] = f"{name}=" + ",".join(map(str, ns))
+    for name in ("ns", "n_values"):
+      if name in out:
+        out[name] = ",".join(map(str, [n for n in _ints(out[name]) if n < top] or [top - 1]))
   return out
 
 
@@ -127,21 +133,31 @@ class Settings:
   text: Optional[str] = None
 
 
-def step_args(step: Step, settings: Settings, ctx: Optional[int] = None) -> list[str]:
-  """The flags one step runs with, common flags included; lengths fit the context ``ctx``."""
-  args = list(step.quick if settings.quick else step.full)
+def step_overrides(step: Step, settings: Settings, ctx: Optional[int] = None) -> dict[str, Any]:
+  """The config overrides one step runs with, common settings included; lengths fit ``ctx``."""
+  out = dict(step.quick if settings.quick else step.full)
   if step.uses_model and ctx is not None:
-    args = fit_to_context(args, ctx)
-  args.append(f"--seed={settings.seed}")
+    out = fit_to_context(out, ctx)
+  out["seed"] = settings.seed
   if step.uses_model:
-    windows = settings.windows or (1 if settings.quick else 4)
-    args += [f"--model={settings.model}", f"--windows={windows}"]
+    out["model"] = settings.model
+    out["windows"] = settings.windows or (1 if settings.quick else 4)
     if settings.data_dir:
-      args.append(f"--data_dir={settings.data_dir}")
+      out["data_dir"] = settings.data_dir
     if settings.text:
-      args.append(f"--text={settings.text}")
-  return args
+      out["text"] = settings.text
+  return out
 
+
+def as_flags(overrides: Overrides) -> list[str]:
+  """Overrides as the CLI's flags: ``--name=value``, ``--name`` / ``--noname`` for booleans."""
+  return [(f"--{k}" if v else f"--no{k}") if isinstance(v, bool) else f"--{k}={v}"
+          for k, v in overrides.items()]
+
+
+def step_args(step: Step, settings: Settings, ctx: Optional[int] = None) -> list[str]:
+  """The flags one step runs with (:func:`step_overrides` as flags)."""
+  return as_flags(step_overrides(step, settings, ctx))
 
 
 def claims_of(step: str) -> tuple[str, ...]:
@@ -160,6 +176,11 @@ class Unreadable(Exception):
 def load_results(step_dir: Path) -> dict[str, Any]:
   """The "results" block of ``step_dir/results.json``; :class:`Unreadable` with the reason if the
   file is missing, not JSON (e.g. truncated), lacks the block or says it is incomplete."""
+  return _load_run(step_dir)[1]
+
+
+def _load_run(step_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(config, results) blocks of a finished run's results.json, else :class:`Unreadable`."""
   path = Path(step_dir) / "results.json"
   try:
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -172,7 +193,8 @@ def load_results(step_dir: Path) -> dict[str, Any]:
     raise Unreadable(f"{path} has no 'results' block")
   if results.get("complete") is False:
     raise Unreadable(f"{path} is from an unfinished run (complete = false)")
-  return results
+  config = data.get("config")
+  return (config if isinstance(config, dict) else {}), results
 
 
 def load_tables(step_dir: Path) -> dict[str, list[dict[str, str]]]:
@@ -188,20 +210,19 @@ def load_tables(step_dir: Path) -> dict[str, list[dict[str, str]]]:
   return out
 
 
-def done_marker_valid(step_dir: Path, shown: str) -> tuple[bool, str]:
-  """(True, "") when ``step_dir/DONE`` holds exactly this command and its results.json loads;
-  else (False, why) so the step is rerun."""
-  done = Path(step_dir) / "DONE"
+def step_done(step_dir: Path, overrides: Overrides) -> tuple[bool, str]:
+  """(True, "") when ``step_dir/results.json`` is a finished run (it loads and is not marked
+  incomplete) whose recorded ``config`` has every value of ``overrides``; else (False, why), so
+  the step is rerun. The run's own results.json is its only record: no separate marker."""
   try:
-    text = done.read_text(encoding="utf-8").strip()
-  except OSError:
-    return False, "no DONE marker"
-  if text != shown:
-    return False, "DONE marker is for a different command"
-  try:
-    load_results(step_dir)
+    config, _ = _load_run(step_dir)
   except Unreadable as e:
-    return False, f"DONE marker present but {e}"
+    return False, str(e)
+  diff = [k for k, v in overrides.items() if k not in config or config[k] != v]
+  if diff:
+    k = diff[0]
+    return False, (f"its results.json is for other settings ({k}: "
+                   f"{config.get(k, '<unset>')!r} there, {overrides[k]!r} now)")
   return True, ""
 
 

@@ -1,9 +1,10 @@
 """Runs the reproduction plan (:mod:`limits.reproduction`): each step as its own subprocess
-(``python -m experiments.X``, exactly the command a user would type) in ``OUT/<step>/``, resumable
-by DONE markers, then the report. ``experiments/reproduce.py`` is the CLI over this module.
+(``python -m experiments.X``, exactly the command a user would type) in ``OUT/<step>/``, then the
+report. ``experiments/reproduce.py`` is the CLI over this module.
 
-A finished step leaves ``OUT/<step>/DONE`` holding its command; a rerun skips it only if its
-results.json still loads, so an interrupted reproduction loses at most the step in flight.
+A rerun skips a step whose ``results.json`` is a finished run recording the step's settings
+(:func:`limits.reproduction.step_done`): the same record every CLI writes, no separate marker.
+So an interrupted reproduction loses at most the step in flight.
 Killing the parent (Ctrl-C, SIGTERM, SIGHUP, even SIGKILL) ends the running step too
 (``PR_SET_PDEATHSIG``), so a rerun never shares a step folder with a leftover process.
 """
@@ -68,21 +69,21 @@ def _last_error(log: Path) -> str:
 def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *,
              resume: bool = True) -> dict[str, Any]:
   """Runs one step as a subprocess in its own process group (or skips it when ``resume`` and
-  its DONE marker matches and its results.json loads); returns its status record."""
+  its results.json is a finished run with the step's settings); returns its status record."""
   step_dir = out / step.name
-  args = rp.step_args(step, settings, ctx)
+  overrides = rp.step_overrides(step, settings, ctx)
+  args = rp.as_flags(overrides)
   shown = "python -m " + " ".join([step.module, *args])
   log = step_dir / "log.txt"
   base = {"command": shown, "log": str(log)}
   if resume:
-    ok, why = rp.done_marker_valid(step_dir, shown)
+    ok, why = rp.step_done(step_dir, overrides)
     if ok:
       print(f"[{step.name}] done earlier, skipped: {shown}", flush=True)
       return {**base, "status": "ok", "skipped": True, "seconds": None}
-    if (step_dir / "DONE").exists():
+    if (step_dir / "results.json").exists():
       print(f"[{step.name}] {why}: running it again", flush=True)
   step_dir.mkdir(parents=True, exist_ok=True)
-  (step_dir / "DONE").unlink(missing_ok=True)
   print(f"[{step.name}] {shown}", flush=True)
   cmd = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), step.module, *args,
          f"--out_dir={step_dir}"]
@@ -101,7 +102,6 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
     except rp.Unreadable as e:
       code, error = -1, f"exited 0 but {e}"
     else:
-      res.atomic_write_text(step_dir / "DONE", shown + "\n")
       print(f"[{step.name}] ok in {seconds:.1f}s", flush=True)
       return {**base, "status": "ok", "seconds": seconds}
   else:

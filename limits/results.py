@@ -28,6 +28,7 @@ Run directories (:func:`prepare_out_dir`), for every CLI:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as _dt
 import errno
 import io
@@ -44,6 +45,10 @@ from typing import Any, Iterable, Mapping
 from limits.errors import LimitsError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Settings that change how a run executes, not what it computes: not part of a run's identity
+# (the run marker) nor of the ``config`` block of results.json.
+EXECUTION_FIELDS = frozenset({"out_dir", "overwrite", "progress", "plot", "resume", "only",
+                              "devices", "verbosity"})
 
 
 def default_out_dir(experiment: str) -> Path:
@@ -359,9 +364,12 @@ def write_results(out_dir: str | os.PathLike, experiment: str, config: Mapping[s
   })
 
 
-def flags_config(flag_values, names: Iterable[str]) -> dict[str, Any]:
-  """The values of the named absl flags, for the ``config`` block."""
-  return {n: flag_values[n].value for n in names}
+def config_record(config: Any) -> dict[str, Any]:
+  """results.json ``config``: every field of a config dataclass, in declaration order, less
+  :data:`EXECUTION_FIELDS` (they change how a run executes, not what it computes)."""
+  return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+          if f.name not in EXECUTION_FIELDS}
+
 
 
 def verdict(claim: str, holds: bool | None, measured: Any, *, detail: str = "",

@@ -24,10 +24,6 @@ from limits.errors import check
 
 EXPERIMENT = "separability"
 # The settings recorded in results.json "config" (out_dir and plot change no result).
-CONFIG_FLAGS = ("source", "n_values", "length", "radius", "dim", "samples", "alpha_kind",
-                "alpha_temperature", "zipf_s", "heads", "chunk", "model", "windows", "text",
-                "data_dir", "rule", "seed", "x64", "devices", "vectors")
-
 
 @dataclasses.dataclass(frozen=True)
 class SeparabilityConfig:
@@ -55,10 +51,6 @@ class SeparabilityConfig:
   out_dir: str | None = None  # run directory (the caller prepares it)
   devices: int | None = None  # shard the Monte Carlo sample axis over this many devices
   plot: bool = True  # write figure3.png
-
-  def record(self) -> dict:
-    """results.json ``config``: the settings of :data:`CONFIG_FLAGS`, in that order."""
-    return {name: getattr(self, name) for name in CONFIG_FLAGS}
 
 
 def grid(config: SeparabilityConfig) -> list[int]:
@@ -98,7 +90,7 @@ def _write(config, out_dir, rows, ns_done, frac, lower, upper, stderr, heads, me
       from limits.plotting import separability as splot
 
       splot.figure3(out_dir / "figure3.png", ns_done, frac, lower, upper, title=title)
-  res.write_results(out_dir, EXPERIMENT, config.record(), results, seed=config.seed)
+  res.write_results(out_dir, EXPERIMENT, res.config_record(config), results, seed=config.seed)
 
 
 def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:

@@ -18,8 +18,6 @@ import time
 
 EXPERIMENT = "vanishing"
 # The settings recorded in results.json "config" (out_dir and plot change no result).
-CONFIG_FLAGS = ("model", "text", "data_dir", "windows", "lengths", "seed", "x64", "lemma1_a")
-
 
 @dataclasses.dataclass(frozen=True)
 class VanishingConfig:
@@ -35,10 +33,6 @@ class VanishingConfig:
   out_dir: str | None = None  # run directory (default results/vanishing/<time>)
   plot: bool = True  # write vanishing.png
   lemma1_a: float = 4.0  # logit bound a of the synthetic Lemma 1 check
-
-  def record(self) -> dict:
-    """results.json ``config``: the settings of :data:`CONFIG_FLAGS`, in that order."""
-    return {name: getattr(self, name) for name in CONFIG_FLAGS}
 
 
 def lemma1_verdict(a: float, lengths, seed: int) -> dict:
@@ -142,7 +136,7 @@ def run(config: VanishingConfig):
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
                                            data_dir=config.data_dir) for L in lengths}
   out_dir = res.prepare_out_dir(config.out_dir, EXPERIMENT)
-  record = config.record()
+  record = res.config_record(config)
   record.update({"lengths_used": lengths, "model_info": model.info(),
                  "temperature": model.native_temperature})
   T = model.native_temperature

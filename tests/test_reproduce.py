@@ -4,8 +4,9 @@ pieces of limits.reproduction that decide whether a step's outputs can be truste
 Checks: the report has one row per registered claim (by id), with a verdict, a reason when not
 assessed and numbers when judged; the paper's tally and the findings table are separate; lengths
 are clipped to the model's context; a rerun resumes; bad flags, a missing corpus and an
-unwritable output folder fail with one line before anything is created; a DONE marker whose
-results.json is missing or truncated is not trusted; a failed step marks its claims "not run",
+unwritable output folder fail with one line before anything is created; the plan's overrides
+are fields of each experiment's config; a step whose results.json is missing, truncated,
+unfinished or for other settings is rerun; a failed step marks its claims "not run",
 prints its reason once at the end with its log, and makes the exit code non-zero; killing the
 parent (SIGTERM or SIGKILL) ends the running step.
 """
@@ -121,16 +122,47 @@ def test_unwritable_out_dir_one_line(tmp_path):
 
 # --- trusting a step's outputs ---------------------------------------------------------------
 
-def write_step(d, text, done="python -m x"):
+def _config_class(module):
+  from limits import distance_task, gradient, separability_task, vanishing
+
+  return {"experiments.gradient": gradient.GradientConfig,
+          "experiments.vanishing": vanishing.VanishingConfig,
+          "experiments.distance": distance_task.DistanceConfig,
+          "experiments.separability": separability_task.SeparabilityConfig}[module]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_plan_overrides_are_fields_of_each_config(quick):
+  settings = rp.Settings(model="m", quick=quick, windows=3, data_dir="d", text="t")
+  for step in rp.STEPS:
+    cls = _config_class(step.module)
+    overrides = rp.step_overrides(step, settings, ctx=128)
+    config = cls(**overrides)  # an unknown name is a TypeError here
+    for k, v in overrides.items():
+      assert type(getattr(cls(), k)) in (type(v), type(None)), (step.name, k, v)
+      assert getattr(config, k) == v
+    assert rp.step_args(step, settings, 128) == [f"--{k}={v}" for k, v in overrides.items()]
+
+
+def test_fit_to_context_clips_lengths_and_top_n():
+  assert rp.fit_to_context({"length": 1024, "n_values": "1,2,64,128"}, 64) == {
+      "length": 64, "n_values": "1,2"}
+  assert rp.fit_to_context({"lengths": "32,64,128", "ns": "5,40,100"}, 48) == {
+      "lengths": "32", "ns": "5"}
+  assert rp.fit_to_context({"lengths": "512,1024", "ns": "1000"}, 256) == {
+      "lengths": "256", "ns": "255"}
+  assert rp.as_flags({"x64": False, "plot": True, "n": 2}) == ["--nox64", "--plot", "--n=2"]
+
+
+def write_step(d, text):
   d.mkdir(parents=True, exist_ok=True)
   if text is not None:
     (d / "results.json").write_text(text)
-  if done is not None:
-    (d / "DONE").write_text(done + "\n")
   return d
 
 
-GOOD = json.dumps({"experiment": "x", "config": {}, "env": {}, "results": {"verdicts": []}})
+GOOD = json.dumps({"experiment": "x", "config": {"mode": "vary_n", "seed": 0, "ks_alpha": 0.01},
+                   "env": {}, "results": {"verdicts": []}})
 
 
 @pytest.mark.parametrize("text,why", [
@@ -139,18 +171,21 @@ GOOD = json.dumps({"experiment": "x", "config": {}, "env": {}, "results": {"verd
     (json.dumps({"results": {"complete": False}}), "unfinished"),
     (json.dumps([1, 2]), "no 'results' block"),
 ])
-def test_done_marker_not_trusted_without_good_results(tmp_path, text, why):
+def test_step_not_done_without_good_results(tmp_path, text, why):
   d = write_step(tmp_path / "s", text)
-  ok, reason = rp.done_marker_valid(d, "python -m x")
+  ok, reason = rp.step_done(d, {})
   assert not ok and why in reason
   with pytest.raises(rp.Unreadable, match=why):
     rp.load_results(d)
 
 
-def test_done_marker_trusted_only_for_its_command(tmp_path):
+def test_step_done_only_for_its_settings(tmp_path):
   d = write_step(tmp_path / "s", GOOD)
-  assert rp.done_marker_valid(d, "python -m x") == (True, "")
-  assert not rp.done_marker_valid(d, "python -m x --other")[0]
+  assert rp.step_done(d, {"mode": "vary_n", "ks_alpha": 0.01}) == (True, "")
+  ok, why = rp.step_done(d, {"mode": "vary_n", "seed": 1})
+  assert not ok and "seed: 0 there, 1 now" in why
+  ok, why = rp.step_done(d, {"lengths": "64"})  # a setting the run did not record
+  assert not ok and "lengths: '<unset>' there, '64' now" in why
 
 
 def test_unreadable_step_results_mark_claims_not_run(tmp_path):
@@ -195,7 +230,7 @@ def test_failed_step_marks_rows_prints_reason_once_and_exits_nonzero(model_dir, 
   for r in res["claims"]:
     if r["step"] == "vanishing":
       assert r["verdict"] == claims.NOT_RUN and r["label"] == "not run (step vanishing failed)"
-  assert not (out / "vanishing" / "DONE").exists()
+  assert not rp.step_done(out / "vanishing", {})[0]
 
 
 def _wait_for(cond, timeout):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from limits.claims.core import (DEPENDS, FAILS, HOLDS, NOT_RUN, NOT_TESTABLE, PAPER, Claim,
                                 Missing, Verdict)
@@ -111,10 +111,20 @@ def not_run(claim: Claim, reason: str) -> Assessment:
   return Assessment(claim, NOT_RUN, reason, Verdict(NOT_RUN, reason=reason))
 
 
-def tally(assessments: Sequence[Assessment]) -> dict[str, int]:
-  """Counts of the paper's own claims by verdict; derived claims and findings are left out."""
-  out = {k: 0 for k in (HOLDS, FAILS, DEPENDS, NOT_TESTABLE, NOT_RUN)}
-  for a in assessments:
-    if a.claim.kind == PAPER and not a.claim.derived_from:
-      out[a.verdict] += 1
+VERDICT_ORDER = (HOLDS, FAILS, DEPENDS, NOT_TESTABLE, NOT_RUN)
+
+
+def count_verdicts(entries: Iterable[tuple[str, Any, str]]) -> dict[str, int]:
+  """The tally rule, for judged claims and stored records alike: counts by verdict of the
+  ``(kind, derived_from, verdict)`` entries that are the paper's own claims (derived claims
+  and findings are left out)."""
+  out = {k: 0 for k in VERDICT_ORDER}
+  for kind, derived_from, verdict in entries:
+    if kind == PAPER and not derived_from:
+      out[verdict] = out.get(verdict, 0) + 1
   return out
+
+
+def tally(assessments: Sequence[Assessment]) -> dict[str, int]:
+  """Counts of the paper's own claims by verdict (:func:`count_verdicts`)."""
+  return count_verdicts((a.claim.kind, a.claim.derived_from, a.verdict) for a in assessments)

@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from limits.claims.core import DEPENDS, FAILS, FINDING, HOLDS, NOT_RUN, NOT_TESTABLE, PAPER
+from limits.claims.assessment import count_verdicts
+from limits.claims.core import DEPENDS, FAILS, FINDING, HOLDS, NOT_RUN, PAPER
 from limits.errors import LimitsError
 
 Run = tuple[str, list[Mapping[str, Any]]]  # (column label, claim records of one run)
-_ORDER = (HOLDS, FAILS, DEPENDS, NOT_TESTABLE, NOT_RUN)
 
 
 def load_run(label: str, run_dir: str | Path) -> Run:
@@ -65,12 +65,10 @@ def _cell(text: str, width: int) -> str:
 
 
 def tally(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-  """Counts of the paper's own claims by verdict (derived claims and findings left out)."""
-  out = {k: 0 for k in _ORDER}
-  for r in records:
-    if r.get("kind") == PAPER and not r.get("derived_from"):
-      out[r.get("verdict", NOT_RUN)] = out.get(r.get("verdict", NOT_RUN), 0) + 1
-  return out
+  """Counts of the paper's own claims by verdict, by the rule of the judged tally
+  (:func:`limits.claims.assessment.count_verdicts`)."""
+  return count_verdicts((r.get("kind"), r.get("derived_from"), r.get("verdict", NOT_RUN))
+                        for r in records)
 
 
 def _table(runs: Sequence[Run], kind: str, width: int) -> list[str]:

@@ -174,13 +174,10 @@ class ModelEvaluator:
     """Algorithm 3 for one L: smallest N in [1, n_max] where the KS test does not reject."""
     from limits import stats
 
-    cache = self._build_cache(tokens)
-    try:
-      return stats.critical_n(
-          lambda ns: self.ks_pvalues(tokens, ns, form=form, pad_to=batch, cache=cache),
-          1, n_max, alpha=alpha, method=method, batch=batch)
-    finally:
-      del cache
+    cache = self._build_cache(tokens)  # freed when this call returns
+    return stats.critical_n(
+        lambda ns: self.ks_pvalues(tokens, ns, form=form, pad_to=batch, cache=cache),
+        1, n_max, alpha=alpha, method=method, batch=batch)
 
 
 FIELDS = ("d_sum", "d_norm", "expected", "gap", "dmax_sum", "dmax_norm")

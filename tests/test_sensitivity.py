@@ -53,7 +53,7 @@ def test_slow_drop_fails_and_short_grids_are_not_testable():
 import jax
 import jax.numpy as jnp
 
-from limits import normalizers, sensitivity
+from limits import normalizers
 
 
 def _dense_norm(a, T):

@@ -3,7 +3,8 @@ r"""Where one window of Algorithms 1-2 spends its time, and this machine's matmu
   python -m benchmarks.distance_profile [--model=gpt2_124m|tiny|smollm2] [--length=1024]
 
 Prints, best of ``--repeats`` after one warm-up: the matmul rate (jit'd 2048² products, float32
-and float64), the forward with every record streamed layer by layer, one NumPy sort per row of
+and float64), the rate of the narrow float64 products (12 heads of (1024×1024)·(1024×64), jit
+and NumPy) that Algorithms 1-3 consist of, the forward with every record streamed layer by layer, one NumPy sort per row of
 one layer, ``distance.layer_stats`` of one layer for N = 5 with and without the bound (float64),
 for N ∈ {1, 5, 10, 20, 100} with the bound, and one Algorithm 3 probe (8 N, no bound, float32),
 and the whole ``ModelEvaluator.head_stats`` for N = 5 (Algorithm 1 at one L). Random tokens: only
@@ -49,6 +50,20 @@ def main(argv):
     mm = jax.jit(lambda a: a @ a)
     s = _best(lambda: mm(a).block_until_ready(), max(r, 3))
     print(f"matmul {jnp.dtype(dt).name}: {2 * 2048 ** 3 / s / 1e9:.1f} GFLOP/s", flush=True)
+  # The narrow products Algorithms 1-3 consist of: (heads × L × L) weights times (L × d_head)
+  # vectors, batched over 12 heads as in one GPT-2 124M layer (float64, jit and NumPy).
+  rng = np.random.default_rng(0)
+  w = rng.standard_normal((12, 1024, 1024))
+  x = rng.standard_normal((12, 1024, 64))
+  flop = 2 * 12 * 1024 * 1024 * 64
+  bmm = jax.jit(lambda w, x: w @ x)
+  wj, xj = jnp.asarray(w), jnp.asarray(x)
+  s = _best(lambda: bmm(wj, xj).block_until_ready(), max(r, 3))
+  print(f"narrow (12×1024×1024)·(12×1024×64) float64, jit: {flop / s / 1e9:.1f} GFLOP/s",
+        flush=True)
+  s = _best(lambda: np.matmul(w, x), max(r, 3))
+  print(f"narrow (12×1024×1024)·(12×1024×64) float64, NumPy: {flop / s / 1e9:.1f} GFLOP/s",
+        flush=True)
   config, params = common.load_model(FLAGS.model)
   L = min(FLAGS.length, config.n_positions)
   tok = np.random.default_rng(0).integers(0, config.vocab_size, size=(1, L)).astype(np.int32)

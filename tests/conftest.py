@@ -14,9 +14,18 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
+# JAX's persistent compilation cache (keyed by the compiled program and the JAX version, so a
+# stale entry is never used): the many small CLI runs the tests start as subprocesses, and
+# pytest-xdist's workers, compile the same programs once instead of once per process. Set
+# before JAX is imported; subprocesses inherit it. An existing setting is kept.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      str(Path(__file__).resolve().parent.parent / ".cache" / "jax-tests"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
-from limits import data
+import pytest  # noqa: E402
+
+from limits import data  # noqa: E402
 
 
 @pytest.fixture

@@ -117,6 +117,7 @@ def test_bad_flags_fail_cleanly(args, needle, tmp_path):
   assert not (tmp_path / "bad" / "results.json").exists()
 
 
+@pytest.mark.slow  # two model runs over 11 temperatures (~1 min on 2 cores)
 def test_sampled_plan_gives_the_exhaustive_verdicts(tmp_path):
   """g(T, ε) on a seeded sample of 8 rows per (layer, head) against every row (--fd_rows
   larger than any head): the same verdict on every claim. The exact norms cover every row in

@@ -77,23 +77,29 @@ def test_ctrl_c_keeps_finished_temperatures(tmp_path):
   assert res["per_temperature"][0]["T"] == 0.01
 
 
-def test_lemma2_not_testable_when_its_bound_overflows(tmp_path):
+def _lemma2_verdict(logit_scale):
+  """The Lemma 2 verdict of the gradient task run in this process (float64, as the CLI)."""
+  import jax
+
+  from limits import gradient
+
+  config = gradient.GradientConfig(logit_scale=logit_scale, temperature=1.0, rows=32, length=16,
+                                   check_rows=2)
+  with jax.enable_x64(True):
+    res = gradient.run(gradient.plan(config), log=lambda s: None).results
+  return next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
+
+
+def test_lemma2_not_testable_when_its_bound_overflows():
   """Before: with --logit_scale=1e4 the Lemma 2 check "held" because its bound was infinite on
   6,653 of 6,656 rows. The bound (e^{r/T} + e^{2r/T})/(T·L) with r ≈ 1e4·6 overflows float64
-  on every row at T = 1, so nothing is tested there."""
-  out = tmp_path / "run"
-  r = run("--logit_scale=1e4", "--temperature=1", "--rows=32", "--length=16", "--check_rows=2",
-          f"--out_dir={out}")
-  assert r.returncode == 0, r.stderr
-  res = json.loads((out / "results.json").read_text())["results"]
-  v = next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
+  on every row at T = 1, so nothing is tested there. (The task in this process: the CLI
+  around it is exercised by tests/test_gradient_cli.py.)"""
+  v = _lemma2_verdict(1e4)
   assert v["verdict"] == "not testable", v
   assert "infinity" in v["reason"]
   # And at a moderate scale it is tested (finite on every row) and holds.
-  r = run("--logit_scale=1", "--temperature=1", "--rows=32", "--length=16", "--check_rows=2",
-          f"--out_dir={tmp_path / 'ok'}")
-  res = json.loads((tmp_path / "ok" / "results.json").read_text())["results"]
-  v = next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
+  v = _lemma2_verdict(1.0)
   assert v["verdict"] == "holds", v
 
 

@@ -38,6 +38,7 @@ def common(root, out, text="text.txt"):
   return [f"--model={root / 'model'}", f"--text={root / text}", f"--out_dir={out}", "--quick"]
 
 
+@pytest.mark.slow  # ~5 min on 2 cores; test_truncated_results_rerun_without_traceback resumes fast
 def test_quick_end_to_end_and_resume(model_dir, tmp_path):
   out = tmp_path / "r"
   p = run_experiment("reproduce", common(model_dir, out), timeout=900)
@@ -203,6 +204,9 @@ def test_truncated_results_rerun_without_traceback(tmp_path):
   args = [f"--out_dir={out}", "--quick", "--only=gradient_synthetic"]
   first = run_experiment("reproduce", args, timeout=600)
   assert first.returncode == 0, first.stderr
+  again = run_experiment("reproduce", args, timeout=600)  # resumes: the step is finished
+  assert again.returncode == 0, again.stderr
+  assert again.stdout.count("done earlier, skipped") == 1, again.stdout
   path = out / "gradient_synthetic" / "results.json"
   path.write_text(path.read_text()[:100])  # torn write
   again = run_experiment("reproduce", args, timeout=600)

@@ -28,6 +28,13 @@ import pytest  # noqa: E402
 from limits import data  # noqa: E402
 
 
+def pytest_xdist_auto_num_workers(config):
+  """``-n auto``: one worker per core, at most 4 (each worker holds JAX, torch and a model)."""
+  del config
+  return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else os.cpu_count() or 1))
+
+
 @pytest.fixture
 def reference_corpus() -> Path:
   """Path of war_and_peace.txt under LIMITS_DATA_DIR; fails the test if it is not there."""

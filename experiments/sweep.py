@@ -65,21 +65,6 @@ def define_flags() -> None:
       message="give either --grid or --config, not both")
 
 
-def describe() -> str:
-  lines = []
-  for name in sorted(sweep.EXPERIMENTS):
-    exp = sweep.EXPERIMENTS[name]
-    lines.append(f"{name}: {exp.description}" + (
-        " [host kind: one call per batch on each process's default device]" if exp.host else ""))
-    static = set(exp.static_names())
-    for p, v in exp.defaults.items():
-      lines.append(f"  {p} = {v!r}" + ("  (static: one compile per value)" if p in static else ""))
-    grid = ";".join(f"{k}={','.join(f'{x:g}' if isinstance(x, float) else str(x) for x in vs)}"
-                    for k, vs in exp.default_grid.items())
-    lines.append(f"  default grid: {grid}")
-  return "\n".join(lines)
-
-
 LARGE_GRID = 100_000
 
 
@@ -94,7 +79,7 @@ def warn_large_grid(n_cells: int | None) -> None:
 def main(argv):
   del argv
   if FLAGS.describe:
-    print(describe())
+    print(sweep.describe())
     return 0
   sweep.maybe_initialize_distributed()
   cli.setup_precision(FLAGS.x64)
@@ -124,21 +109,8 @@ def main(argv):
     return 0
   records = sweep.collect(out)
   csv_path = results.write_csv(Path(out) / "records.csv", sweep.flat_rows(records))
-  res = {
-      "experiment": exp.name,
-      "n_cells": summary.n_cells,
-      "complete": len(records) == summary.n_cells,
-      "done_before": summary.done_before,
-      "computed": summary.computed,
-      "devices": summary.devices,
-      "batch_size": summary.batch_size,
-      "seconds": round(summary.seconds, 3),
-      "problems": summary.problems,
-      "records_csv": csv_path.name,
-      "records": [{"id": r["id"], "cell": r["cell"], "result": r["result"]} for r in records],
-  }
-  results.write_results(out, "sweep", cli.run_identity(), res,
-                        seed=FLAGS.seed)
+  results.write_results(out, "sweep", cli.run_identity(),
+                        sweep.results_block(exp, summary, records, csv_path.name), seed=FLAGS.seed)
   print(f"sweep: {summary.computed} cells computed, {summary.done_before} already done, "
         f"{len(records)}/{summary.n_cells} recorded, {summary.seconds:.1f} s on "
         f"{summary.devices} device(s)", flush=True)

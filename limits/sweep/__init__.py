@@ -18,25 +18,27 @@ Everything callers use is importable from ``limits.sweep`` itself.
 
 from limits.sweep.grid import (Cell, Grid, canonical_json, cell_id, id_halves, load_grid_file,
                                parse_grid)
-from limits.sweep.registry import EXPERIMENTS, CellFn, Experiment, get_experiment, register
+from limits.sweep.registry import (EXPERIMENTS, CellFn, Experiment, describe, get_experiment,
+                                   register)
 from limits.sweep.store import (FORMAT, MANIFEST, ShardReport, append_lines, collect, flat_rows,
                                 grid_differences, load_done, make_manifest, manifest_differences,
                                 open_run, parse_record_line, read_manifest, read_shard,
                                 record_line, shard_path, shard_paths)
 from limits.sweep.devices import (MESH_AXIS, make_mesh, maybe_initialize_distributed,
                                   select_devices)
-from limits.sweep.engine import Summary, float_dtype, run_sweep
+from limits.sweep.engine import Summary, float_dtype, results_block, run_sweep
 from limits.sweep import kinds  # registers every kind  # noqa: F401
 from limits.sweep.kinds.gradient import gradient_logits
 from limits.sweep.kinds.separability_sphere import separability_alpha, separability_points_key
 
 __all__ = [
     "EXPERIMENTS", "FORMAT", "MANIFEST", "MESH_AXIS", "Cell", "CellFn", "Experiment", "Grid",
-    "ShardReport", "Summary", "append_lines", "canonical_json", "cell_id", "collect",
+    "ShardReport", "Summary", "append_lines", "canonical_json", "cell_id", "collect", "describe",
     "flat_rows", "float_dtype", "get_experiment", "gradient_logits", "grid_differences",
     "id_halves", "load_done", "load_grid_file", "make_manifest", "make_mesh",
     "manifest_differences", "maybe_initialize_distributed", "open_run", "parse_grid",
-    "parse_record_line", "read_manifest", "read_shard", "record_line", "register", "run_sweep",
+    "parse_record_line", "read_manifest", "read_shard", "record_line", "register",
+    "results_block", "run_sweep",
     "select_devices", "separability_alpha", "separability_points_key", "shard_path",
     "shard_paths",
 ]

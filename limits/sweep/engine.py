@@ -344,3 +344,20 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
   return Summary(run_dir=run_dir, experiment=exp.name, n_cells=len(ids), done_before=done_before,
                  computed=computed, batches=len(batches), devices=k, batch_size=batch_size,
                  problems=problems, seconds=time.perf_counter() - t0, shard=own)
+
+
+def results_block(exp, summary: Summary, records, records_csv: str) -> dict:
+  """The ``results`` block of a sweep's results.json: the run's summary and every record."""
+  return {
+      "experiment": exp.name,
+      "n_cells": summary.n_cells,
+      "complete": len(records) == summary.n_cells,
+      "done_before": summary.done_before,
+      "computed": summary.computed,
+      "devices": summary.devices,
+      "batch_size": summary.batch_size,
+      "seconds": round(summary.seconds, 3),
+      "problems": summary.problems,
+      "records_csv": records_csv,
+      "records": [{"id": r["id"], "cell": r["cell"], "result": r["result"]} for r in records],
+  }

@@ -129,3 +129,19 @@ def get_experiment(name: "str | Experiment") -> Experiment:
   check(name in EXPERIMENTS,
         f"unknown experiment {name!r}; choose from {', '.join(sorted(EXPERIMENTS))}")
   return EXPERIMENTS[name]
+
+
+def describe() -> str:
+  """Every registered kind: its description, parameters with defaults, and default grid."""
+  lines = []
+  for name in sorted(EXPERIMENTS):
+    exp = EXPERIMENTS[name]
+    lines.append(f"{name}: {exp.description}" + (
+        " [host kind: one call per batch on each process's default device]" if exp.host else ""))
+    static = set(exp.static_names())
+    for p, v in exp.defaults.items():
+      lines.append(f"  {p} = {v!r}" + ("  (static: one compile per value)" if p in static else ""))
+    grid = ";".join(f"{k}={','.join(f'{x:g}' if isinstance(x, float) else str(x) for x in vs)}"
+                    for k, vs in exp.default_grid.items())
+    lines.append(f"  default grid: {grid}")
+  return "\n".join(lines)

@@ -17,7 +17,7 @@ against ``head_stats`` (1e-12 relative, float64, ties included).
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,65 +27,8 @@ from jax import lax
 from limits.distance_heads import HeadStats, reduce_rows
 from limits.distance_rows import RowStats, check_inclusion, sqrt0
 from limits.errors import LimitsError
-
-
-class Thresholds(NamedTuple):
-  """Top-N selection of every causal row for K values of N, as thresholds on the weights.
-
-  Key i is selected in row q for the k-th N iff ``i <= q`` and (α_i > thr or (α_i == thr and
-  i <= cut)): ``thr`` (..., L, K) is the N-th largest visible weight and ``cut`` (..., L, K)
-  int32 the index of the last tied key kept (L where no tie straddles the boundary), which
-  reproduces ``lax.top_k``'s lower-index-first rule exactly.
-  """
-  thr: np.ndarray
-  cut: np.ndarray
-
-
-def sort_rows(weights) -> np.ndarray:
-  """(…, L, L) causal weights → (…, L, L) each row's visible weights sorted descending, −inf
-  padded (masked keys). One sort per row serves every N (:func:`thresholds_from_sorted`)."""
-  w = np.asarray(weights)
-  L = w.shape[-1]
-  vis = np.tri(L, dtype=bool)  # (L, L) key <= query
-  neg = np.where(vis, -w, np.inf)  # ascending sort of −α = descending α, masked last
-  neg.sort(axis=-1)
-  return -neg
-
-
-def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Thresholds:
-  """Thresholds (…, L, K) for every N in ``ns`` from rows sorted by :func:`sort_rows`."""
-  w = np.asarray(weights)
-  L = w.shape[-1]
-  ns = [int(n) for n in ns]
-  thr = np.stack([sorted_desc[..., min(n, L) - 1] for n in ns], axis=-1)  # (…, L, K)
-  nxt = np.stack([sorted_desc[..., n] if n < L else np.full(w.shape[:-1], -np.inf, w.dtype)
-                  for n in ns], axis=-1)
-  cut = np.full(thr.shape, L, np.int32)
-  t = np.arange(1, L + 1)  # visible keys per query
-  counted = t[:, None] > np.asarray(ns)[None, :]  # (L, K)
-  straddle = (thr == nxt) & counted  # a tie crosses the N-th place: choose by index
-  if straddle.any():
-    idx = np.nonzero(straddle)
-    k = idx[-1]
-    rows = w[idx[:-1]]  # (R, L) the straddling rows
-    q = idx[-2]
-    vis = np.arange(L)[None, :] <= q[:, None]
-    tr = thr[idx][:, None]
-    n_gt = np.sum(vis & (rows > tr), axis=-1)
-    need = np.asarray(ns)[k] - n_gt  # >= 1 tied keys to keep, lowest indices first
-    cs = np.cumsum(vis & (rows == tr), axis=-1)
-    cut[idx] = np.argmax(cs >= need[:, None], axis=-1)
-  return Thresholds(thr, cut)
-
-
-def thresholds(weights, ns: Sequence[int]) -> Thresholds:
-  """Thresholds (…, L, K) of causal rows for every N in ``ns`` (one sort per row)."""
-  return thresholds_from_sorted(weights, sort_rows(weights), ns)
-
-
-def _select(a, thr, cut, vis, kpos):
-  """(R, K) selected keys for one N: thr, cut (R,) per row; vis (R, K) causal; kpos (K,)."""
-  return vis & ((a > thr[:, None]) | ((a == thr[:, None]) & (kpos[None, :] <= cut[:, None])))
+from limits.selection import (Thresholds, select_thresholds, sort_rows,  # noqa: F401
+                              thresholds, thresholds_from_sorted)
 
 
 def _block_rows(a, x, thr, cut, ns, lo, *, caps: tuple, inclusion: str, bound: bool,
@@ -123,7 +66,7 @@ def _block_rows(a, x, thr, cut, ns, lo, *, caps: tuple, inclusion: str, bound: b
     dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (C, C) ‖x_j − x_i‖²
   cols = []
   for k in range(ns.shape[0]):
-    sel = _select(a, thr[:, k], cut[:, k], vis, kpos)  # (R, C)
+    sel = select_thresholds(a, thr[:, k], cut[:, k], vis, kpos)  # (R, C)
     rest = vis & ~sel
     a_sel = jnp.where(sel, a, 0.0)
     s = a_sel @ x  # (R, d)

@@ -45,6 +45,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from limits.errors import LimitsError
+from limits.numerics import mask_like
+from limits.selection import top_n_rank
 
 FORMS = ("sum", "norm")
 INCLUSIONS = ("n_over_l_minus_1", "n_over_l")
@@ -54,12 +56,6 @@ def sqrt0(q):
   """sqrt(max(q, 0)) with a finite gradient at 0 (Gram forms can round slightly below 0)."""
   pos = q > 0
   return jnp.where(pos, jnp.sqrt(jnp.where(pos, q, 1.0)), 0.0)
-
-
-def _valid(alpha, mask):
-  if mask is None:
-    return jnp.ones(alpha.shape[-1], dtype=bool)
-  return jnp.asarray(mask, dtype=bool)
 
 
 def check_form(form):
@@ -72,31 +68,12 @@ def check_inclusion(inclusion):
     raise LimitsError(f"inclusion={inclusion!r} is not one of {INCLUSIONS}")
 
 
-def top_n_rank(alpha, n_cap: int, mask=None):
-  """Rank of each key among the visible keys by weight (0 = largest), n_cap if not in top n_cap.
-
-  Ties: ``lax.top_k`` puts the lower index first. Returns ``(rank (L,) int32, idx (n_cap,),
-  idx_valid (n_cap,) bool)``; ``idx_valid`` is False for slots beyond the t visible keys.
-  """
-  valid = _valid(alpha, mask)
-  L = alpha.shape[-1]
-  if not 1 <= n_cap <= L:
-    raise LimitsError(f"top-N cap n_cap={n_cap} must be in [1, L={L}]")
-  score = jnp.where(valid, alpha, -jnp.inf)
-  _, idx = lax.top_k(score, n_cap)  # (n_cap,)
-  idx_valid = valid[idx]
-  ranks = jnp.arange(n_cap, dtype=jnp.int32)
-  rank = jnp.full((L,), n_cap, dtype=jnp.int32)
-  rank = rank.at[idx].set(jnp.where(idx_valid, ranks, n_cap))
-  return rank, idx, idx_valid
-
-
 def selection_terms(alpha, x, selected, mask=None):
   """d̃ (both forms), s, ᾱ for an arbitrary selected set ``selected (L,) bool`` (within mask).
 
   Returns ``(d_sum, d_norm, s (d,), alpha_bar)``. Used for top-N and for random N-subsets.
   """
-  valid = _valid(alpha, mask)
+  valid = mask_like(alpha, mask)
   a = jnp.where(valid, alpha, 0.0)  # (L,)
   sel = selected & valid
   rest = valid & ~sel
@@ -137,7 +114,7 @@ def row_stats(alpha, x, ns, n_cap: int, mask=None, *, inclusion: str = "n_over_l
     bound: also compute d_1, R_N, d_max (costs an (n_cap, L, d) product per row).
   """
   check_inclusion(inclusion)
-  valid = _valid(alpha, mask)
+  valid = mask_like(alpha, mask)
   dt = jnp.result_type(alpha, x, jnp.float32)
   a = jnp.where(valid, alpha, 0.0).astype(dt)  # (L,)
   x = x.astype(dt)
@@ -282,7 +259,7 @@ def monte_carlo_distance(key, alpha, x, n: int, samples: int, form: str = "sum",
   check_form(form)
   if samples < 2:
     raise LimitsError(f"samples={samples} must be at least 2")
-  return _monte_carlo(key, alpha, x, _valid(alpha, mask), n, samples, form, confidence)
+  return _monte_carlo(key, alpha, x, mask_like(alpha, mask), n, samples, form, confidence)
 
 
 @functools.partial(jax.jit, static_argnames=("n", "samples", "form"))

@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 
 from limits.errors import LimitsError, check
+from limits.numerics import mask_like
+from limits.selection import ranks, select_sorted, sort_desc, top_n_mask  # noqa: F401
 
 RULES = ("strict", "literal")
 
@@ -52,54 +54,6 @@ RULES = ("strict", "literal")
 # --------------------------------------------------------------------------------------------
 # Selection and the distinguishability count.
 # --------------------------------------------------------------------------------------------
-
-def _visible(alpha, mask):
-  return jnp.ones(alpha.shape, bool) if mask is None else jnp.broadcast_to(mask, alpha.shape)
-
-
-@jax.jit
-def ranks(alpha, mask=None):
-  """Rank of each token by weight within its row (0 = largest), masked tokens last.
-
-  Ties are broken by position (stable sort). alpha (..., L) -> int32 (..., L).
-  """
-  visible = _visible(alpha, mask)
-  key = jnp.where(visible, alpha, -jnp.inf)
-  order = jnp.argsort(-key, axis=-1, stable=True)
-  return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
-
-
-def sort_desc(alpha, mask=None):
-  """Row-wise weights sorted in decreasing order, masked entries as -inf last. (..., L)."""
-  key = jnp.where(_visible(alpha, mask), alpha, -jnp.inf)
-  return -jnp.sort(-key, axis=-1)
-
-
-def _select(alpha, sorted_desc, visible, n):
-  """I_N from one sort: tokens above the N-th largest weight, plus ties at it by position.
-
-  Equals ``ranks(alpha, mask) < n`` (stable tie-breaking) without a second sort; n may be
-  traced.
-  """
-  L = alpha.shape[-1]
-  key = jnp.where(visible, alpha, -jnp.inf)
-  idx = jnp.clip(jnp.asarray(n, jnp.int32) - 1, 0, L - 1)
-  thr = jnp.take(sorted_desc, idx, axis=-1)[..., None]              # N-th largest weight
-  gt = (key > thr) & visible
-  eq = (key == thr) & visible
-  need = n - jnp.sum(gt, axis=-1, keepdims=True)
-  return (gt | (eq & (jnp.cumsum(eq, axis=-1) <= need))) & (n >= 1)
-
-
-@jax.jit
-def top_n_mask(alpha, n, mask=None):
-  """Boolean (..., L): the N visible tokens with the largest weights (I_N). n may be traced.
-
-  Ties are broken by position (lower index first).
-  """
-  visible = _visible(alpha, mask)
-  return _select(alpha, sort_desc(alpha, mask), visible, n)
-
 
 @functools.partial(jax.jit, static_argnames=("rule",))
 def count_distinguishable(alpha, x, n, mask=None, *, rule: str = "strict"):
@@ -117,7 +71,7 @@ def count_distinguishable(alpha, x, n, mask=None, *, rule: str = "strict"):
     (n_s int32 scalar, r scalar); r = +inf when every visible token is selected.
   """
   check(rule in RULES, f"rule={rule!r} is not one of {RULES}")
-  visible = _visible(alpha, mask)
+  visible = mask_like(alpha, mask)
   sel = top_n_mask(alpha, n, mask)
   a = jnp.where(visible, alpha, 0)
   ax = a[:, None] * x                                     # (L, d)
@@ -297,7 +251,7 @@ def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "stric
       max(a_i |x_i|, |s|), e.g. thousands of points in 2-3 dimensions in float32); "direct"
       forms the (R, L, d) differences (exact up to rounding of each difference).
   """
-  sel = _select(alpha, sorted_desc, visible, n)
+  sel = select_sorted(alpha, sorted_desc, visible, n)
   a = jnp.where(visible, alpha, 0)
   w = jnp.where(sel, a, 0)
   s = w @ x                                                     # (R, d)

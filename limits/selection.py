@@ -1,0 +1,152 @@
+"""Top-N selection I_N: the N visible keys with the largest weights, under one tie rule.
+
+**Tie rule.** Among equal weights the lower key index is selected first: the order of
+``lax.top_k`` and of a stable descending sort. Masked keys are never selected; a row with
+fewer than N visible keys selects all of them. Every path below implements this one rule,
+each for the setting where it is fastest (tests/test_selection.py checks they select the
+same keys on rows full of ties):
+
+- :func:`top_n_rank`: ``lax.top_k`` of one row, ranks of the top ``n_cap`` (the per-row
+  reference of Theorem 1, :mod:`limits.distance_rows`).
+- :func:`ranks`: the rank of every key by a stable sort (Theorem 2's reference).
+- :func:`sort_desc` + :func:`select_sorted` / :func:`top_n_mask`: I_N from one sort, N may be
+  traced (Theorem 2 on sampled rows, :mod:`limits.separability_rows`).
+- :func:`sort_rows` + :func:`thresholds_from_sorted` / :func:`thresholds` +
+  :func:`select_thresholds`: every causal row of a layer sorted once on the host (NumPy's sort
+  is ~20× XLA's on CPU), each N a threshold with an index cut for ties at the N-th place (the
+  fast per-layer paths of Theorems 1 and 2).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from limits.errors import LimitsError
+from limits.numerics import mask_like
+
+
+@jax.jit
+def ranks(alpha, mask=None):
+  """Rank of each token by weight within its row (0 = largest), masked tokens last.
+
+  Ties are broken by position (stable sort). alpha (..., L) -> int32 (..., L).
+  """
+  visible = mask_like(alpha, mask)
+  key = jnp.where(visible, alpha, -jnp.inf)
+  order = jnp.argsort(-key, axis=-1, stable=True)
+  return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
+
+
+def sort_desc(alpha, mask=None):
+  """Row-wise weights sorted in decreasing order, masked entries as -inf last. (..., L)."""
+  key = jnp.where(mask_like(alpha, mask), alpha, -jnp.inf)
+  return -jnp.sort(-key, axis=-1)
+
+
+def select_sorted(alpha, sorted_desc, visible, n):
+  """I_N from one sort: tokens above the N-th largest weight, plus ties at it by position.
+
+  Equals ``ranks(alpha, mask) < n`` (stable tie-breaking) without a second sort; n may be
+  traced.
+  """
+  L = alpha.shape[-1]
+  key = jnp.where(visible, alpha, -jnp.inf)
+  idx = jnp.clip(jnp.asarray(n, jnp.int32) - 1, 0, L - 1)
+  thr = jnp.take(sorted_desc, idx, axis=-1)[..., None]              # N-th largest weight
+  gt = (key > thr) & visible
+  eq = (key == thr) & visible
+  need = n - jnp.sum(gt, axis=-1, keepdims=True)
+  return (gt | (eq & (jnp.cumsum(eq, axis=-1) <= need))) & (n >= 1)
+
+
+@jax.jit
+def top_n_mask(alpha, n, mask=None):
+  """Boolean (..., L): the N visible tokens with the largest weights (I_N). n may be traced.
+
+  Ties are broken by position (lower index first).
+  """
+  visible = mask_like(alpha, mask)
+  return select_sorted(alpha, sort_desc(alpha, mask), visible, n)
+
+
+def top_n_rank(alpha, n_cap: int, mask=None):
+  """Rank of each key among the visible keys by weight (0 = largest), n_cap if not in top n_cap.
+
+  Ties: ``lax.top_k`` puts the lower index first. Returns ``(rank (L,) int32, idx (n_cap,),
+  idx_valid (n_cap,) bool)``; ``idx_valid`` is False for slots beyond the t visible keys.
+  """
+  valid = mask_like(alpha, mask)
+  L = alpha.shape[-1]
+  if not 1 <= n_cap <= L:
+    raise LimitsError(f"top-N cap n_cap={n_cap} must be in [1, L={L}]")
+  score = jnp.where(valid, alpha, -jnp.inf)
+  _, idx = lax.top_k(score, n_cap)  # (n_cap,)
+  idx_valid = valid[idx]
+  ranks = jnp.arange(n_cap, dtype=jnp.int32)
+  rank = jnp.full((L,), n_cap, dtype=jnp.int32)
+  rank = rank.at[idx].set(jnp.where(idx_valid, ranks, n_cap))
+  return rank, idx, idx_valid
+
+
+class Thresholds(NamedTuple):
+  """Top-N selection of every causal row for K values of N, as thresholds on the weights.
+
+  Key i is selected in row q for the k-th N iff ``i <= q`` and (α_i > thr or (α_i == thr and
+  i <= cut)): ``thr`` (..., L, K) is the N-th largest visible weight and ``cut`` (..., L, K)
+  int32 the index of the last tied key kept (L where no tie straddles the boundary), which
+  reproduces ``lax.top_k``'s lower-index-first rule exactly.
+  """
+  thr: np.ndarray
+  cut: np.ndarray
+
+
+def sort_rows(weights) -> np.ndarray:
+  """(…, L, L) causal weights → (…, L, L) each row's visible weights sorted descending, −inf
+  padded (masked keys). One sort per row serves every N (:func:`thresholds_from_sorted`)."""
+  w = np.asarray(weights)
+  L = w.shape[-1]
+  vis = np.tri(L, dtype=bool)  # (L, L) key <= query
+  neg = np.where(vis, -w, np.inf)  # ascending sort of −α = descending α, masked last
+  neg.sort(axis=-1)
+  return -neg
+
+
+def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Thresholds:
+  """Thresholds (…, L, K) for every N in ``ns`` from rows sorted by :func:`sort_rows`."""
+  w = np.asarray(weights)
+  L = w.shape[-1]
+  ns = [int(n) for n in ns]
+  thr = np.stack([sorted_desc[..., min(n, L) - 1] for n in ns], axis=-1)  # (…, L, K)
+  nxt = np.stack([sorted_desc[..., n] if n < L else np.full(w.shape[:-1], -np.inf, w.dtype)
+                  for n in ns], axis=-1)
+  cut = np.full(thr.shape, L, np.int32)
+  t = np.arange(1, L + 1)  # visible keys per query
+  counted = t[:, None] > np.asarray(ns)[None, :]  # (L, K)
+  straddle = (thr == nxt) & counted  # a tie crosses the N-th place: choose by index
+  if straddle.any():
+    idx = np.nonzero(straddle)
+    k = idx[-1]
+    rows = w[idx[:-1]]  # (R, L) the straddling rows
+    q = idx[-2]
+    vis = np.arange(L)[None, :] <= q[:, None]
+    tr = thr[idx][:, None]
+    n_gt = np.sum(vis & (rows > tr), axis=-1)
+    need = np.asarray(ns)[k] - n_gt  # >= 1 tied keys to keep, lowest indices first
+    cs = np.cumsum(vis & (rows == tr), axis=-1)
+    cut[idx] = np.argmax(cs >= need[:, None], axis=-1)
+  return Thresholds(thr, cut)
+
+
+def thresholds(weights, ns: Sequence[int]) -> Thresholds:
+  """Thresholds (…, L, K) of causal rows for every N in ``ns`` (one sort per row)."""
+  return thresholds_from_sorted(weights, sort_rows(weights), ns)
+
+
+def select_thresholds(a, thr, cut, vis, kpos):
+  """(R, K) selected keys for one N: thr, cut (R,) per row; vis (R, K) causal; kpos (K,)."""
+  return vis & ((a > thr[:, None]) | ((a == thr[:, None]) & (kpos[None, :] <= cut[:, None])))

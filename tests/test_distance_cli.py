@@ -63,18 +63,28 @@ def test_vary_length_end_to_end(model_dir, tmp_path):
   np.testing.assert_allclose(float(got["d_sum"]), np.mean(vals), rtol=1e-5)
 
 
+def run_task(root, out, **settings):
+  """The distance task in this process, as the CLI runs it (float64 unless x64=False)."""
+  import jax
+
+  from limits import distance_task
+
+  config = distance_task.DistanceConfig(model=str(root / "model"), text=str(root / "text.txt"),
+                                        out_dir=str(out), **settings)
+  with jax.enable_x64(config.x64):
+    return distance_task.run(config)
+
+
 def test_vary_n_and_critical_n(model_dir, tmp_path):
+  """Algorithms 2 and 3 through the task in process (the CLI around it: the test above)."""
   out = tmp_path / "vn"
-  p = run(common(model_dir, out) + ["--mode=vary_n", "--lengths=32", "--ns=1,5,20,30"])
-  assert p.returncode == 0, p.stderr
+  assert run_task(model_dir, out, mode="vary_n", lengths="32", ns="1,5,20,30") == out
   res = json.loads((out / "results.json").read_text())["results"]
   claims = [v["claim"] for v in res["verdicts"]]
   assert "plateau beyond N ≈ 20" in claims
   assert (out / "fig2_vary_n.png").is_file()
   out = tmp_path / "cn"
-  p = run(common(model_dir, out) + ["--mode=critical_n", "--lengths=16,32", "--search=scan",
-                                    "--batch=4", "--max_n=6"])
-  assert p.returncode == 0, p.stderr
+  run_task(model_dir, out, mode="critical_n", lengths="16,32", search="scan", batch=4, max_n=6)
   res = json.loads((out / "results.json").read_text())["results"]
   crit = res["critical_n"]
   assert set(crit) == {"16", "32"}

@@ -15,14 +15,21 @@ import shutil
 from pathlib import Path
 
 # JAX's persistent compilation cache (keyed by the compiled program and the JAX version, so a
-# stale entry is never used): the many small CLI runs the tests start as subprocesses, and
-# pytest-xdist's workers, compile the same programs once instead of once per process. Set
-# before JAX is imported; subprocesses inherit it. An existing setting is kept.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      str(Path(__file__).resolve().parent.parent / ".cache" / "jax-tests"))
+# stale entry is never used): the many small CLI runs the tests start as subprocesses compile
+# the same programs once instead of once per process. Set before JAX is imported;
+# subprocesses inherit it; an existing setting is kept. One folder per pytest-xdist worker:
+# without a size cap JAX writes entries in place (no lock), so two workers never share one,
+# and a worker waits for its own subprocesses. (A cap turns on JAX's LRU eviction, whose
+# "-atime" files vanished under concurrent processes here.) A full run writes ~33 MB; the
+# folder can be deleted at any time.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ or os.environ.get("LIMITS_TEST_JAX_CACHE"):
+  # (ours, inherited from the pytest-xdist controller: replaced by this worker's own folder)
+  os.environ["LIMITS_TEST_JAX_CACHE"] = "1"
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = str(
+      Path(__file__).resolve().parent.parent / ".cache" / "jax-tests"
+      / os.environ.get("PYTEST_XDIST_WORKER", "main"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(512 * 2**20))  # LRU, ~33 MB a run
 
 import pytest  # noqa: E402
 

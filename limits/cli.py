@@ -32,8 +32,6 @@ from limits.errors import LimitsError
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 SEED_RANGE = (0, 2**32)
-# Flags that change how a run executes, not what it computes (not part of a run's identity).
-EXECUTION_FLAGS = results.EXECUTION_FIELDS
 
 flags.DEFINE_boolean("overwrite", False, "Let this run replace the results of a different run "
                      "in --out_dir (default: refuse; the same command continues its own run).")
@@ -111,12 +109,12 @@ if len(_defaults) == 2:
 
 def run_identity() -> dict[str, Any]:
   """The flags of the running CLI (its main module) that determine its results: every flag
-  it defines less :data:`EXECUTION_FLAGS`. Empty when flags are not parsed (library use)."""
+  it defines less :data:`limits.results.EXECUTION_FIELDS`. Empty when flags are not parsed (library use)."""
   fv = flags.FLAGS
   if not fv.is_parsed() or not sys.argv:
     return {}
   own = fv.flags_by_module_dict().get(sys.argv[0], [])
-  return {f.name: f.value for f in own if f.name not in EXECUTION_FLAGS}
+  return {f.name: f.value for f in own if f.name not in results.EXECUTION_FIELDS}
 
 
 def overwrite_requested() -> bool:

@@ -160,6 +160,11 @@ def step_args(step: Step, settings: Settings, ctx: Optional[int] = None) -> list
   return as_flags(step_overrides(step, settings, ctx))
 
 
+def step_command(step: Step, settings: Settings, ctx: Optional[int] = None) -> str:
+  """The step as a user would type it: ``python -m <module> <flags>`` (no ``--out_dir``)."""
+  return "python -m " + " ".join([step.module, *step_args(step, settings, ctx)])
+
+
 def claims_of(step: str) -> tuple[str, ...]:
   """The ids of the claims a step's results decide (a reading step: those of its base step)."""
   base = next((s.reading[0] for s in STEPS if s.name == step and s.reading), step)

@@ -73,7 +73,7 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
   step_dir = out / step.name
   overrides = rp.step_overrides(step, settings, ctx)
   args = rp.as_flags(overrides)
-  shown = "python -m " + " ".join([step.module, *args])
+  shown = rp.step_command(step, settings, ctx)
   log = step_dir / "log.txt"
   base = {"command": shown, "log": str(log)}
   if resume:
@@ -160,8 +160,8 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
   except KeyboardInterrupt:
     running = next((s for s in steps if s.name not in status), None)
     if running is not None:
-      shown = "python -m " + " ".join([running.module, *rp.step_args(running, settings, ctx)])
-      status[running.name] = {"status": "interrupted", "command": shown,
+      status[running.name] = {"status": "interrupted",
+                              "command": rp.step_command(running, settings, ctx),
                               "error": "interrupted", "log": str(out / running.name / "log.txt"),
                               "seconds": None}
     write_report(out, status, settings, time.perf_counter() - t0, config, run_config)

@@ -28,7 +28,8 @@ Modules: :mod:`~limits.claims.core` (the records, statuses, ``need``/``num``/``f
 :mod:`~limits.claims.criteria` (shared numerical tests), the judges by step
 (:mod:`~limits.claims.judges_vanishing`, :mod:`~limits.claims.judges_distance`,
 :mod:`~limits.claims.judges_separability`, :mod:`~limits.claims.judges_gradient`),
-:mod:`~limits.claims.registry` (:data:`CLAIMS`, readings, :data:`AMBIGUITIES`),
+:mod:`~limits.claims.registry` (:data:`CLAIMS`, readings, :data:`AMBIGUITIES`, loaded from the
+claims' words and criteria in ``claims.toml`` beside it),
 :mod:`~limits.claims.summary` (:func:`summarize`), :mod:`~limits.claims.assessment`
 (:func:`assess`, :func:`tally`) and :mod:`~limits.claims.docs` (:func:`render_docs`). Every
 public name is re-exported here: ``from limits import claims; claims.assess(...)``.

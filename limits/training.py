@@ -42,46 +42,49 @@ from limits.training_checkpoint import (  # noqa: F401
 )
 from limits.training_report import SAMPLE_PROMPTS, generate, report, samples, write_model_card  # noqa: F401
 
-# Settings that must agree for a checkpoint to be resumed.
-RESUME_KEYS = ("steps", "batch_size", "seq_len", "short_len", "full_every", "lr", "min_lr_ratio",
-               "warmup_steps",
-               "weight_decay", "clip_norm", "seed", "heldout_fraction", "n_layer", "n_head",
-               "n_embd", "n_positions", "vocab_size", "x64")
+
+def _resumed(default):
+  """A setting that changes the trained weights: a checkpoint must share it to be resumed."""
+  return dataclasses.field(default=default, metadata={"resume": True})
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Every setting of a training run; the CLI's flags have the same names and defaults."""
+  """Every setting of a training run; the CLI's flags have the same names and defaults.
 
-  steps: int = 600
-  batch_size: int = 4
-  seq_len: int = 1024
-  short_len: int = 256
-  full_every: int = 4
-  lr: float = 3e-3
-  min_lr_ratio: float = 0.1
-  warmup_steps: int = 40
-  weight_decay: float = 0.1
-  clip_norm: float = 1.0
-  seed: int = 0
+  The settings declared ``_resumed(...)`` change the trained weights (:data:`RESUME_KEYS`): a
+  checkpoint is resumed only when they all agree; the others only say where and how long.
+  """
+
+  steps: int = _resumed(600)
+  batch_size: int = _resumed(4)
+  seq_len: int = _resumed(1024)
+  short_len: int = _resumed(256)
+  full_every: int = _resumed(4)
+  lr: float = _resumed(3e-3)
+  min_lr_ratio: float = _resumed(0.1)
+  warmup_steps: int = _resumed(40)
+  weight_decay: float = _resumed(0.1)
+  clip_norm: float = _resumed(1.0)
+  seed: int = _resumed(0)
   out_dir: str | None = None
   ckpt_dir: str | None = None
   ckpt_every: int = 50
   data_dir: str | None = None
   text: str | None = None
-  heldout_fraction: float = 0.05
-  n_layer: int = 4
-  n_head: int = 4
-  n_embd: int = 128
-  n_positions: int = 1024
-  vocab_size: int = 4096
+  heldout_fraction: float = _resumed(0.05)
+  n_layer: int = _resumed(4)
+  n_head: int = _resumed(4)
+  n_embd: int = _resumed(128)
+  n_positions: int = _resumed(1024)
+  vocab_size: int = _resumed(4096)
   eval_batch: int = 4
   probe_windows: int = 2
   sample_tokens: int = 80
   max_train_seconds: float = 0.0
   stop_after: int = 0
   export_on_stop: bool = False
-  x64: bool = False
+  x64: bool = _resumed(False)
   log_every: int = 10
 
   @property
@@ -104,6 +107,10 @@ class TrainConfig:
 
     return gpt2.Config(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
                        n_positions=self.n_positions, vocab_size=self.vocab_size)
+
+
+# Settings that must agree for a checkpoint to be resumed, in declaration order.
+RESUME_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("resume"))
 
 
 # --------------------------------------------------------------------------------------------

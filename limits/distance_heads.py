@@ -17,24 +17,21 @@ from jax import lax
 from limits.distance_rows import RowStats, row_stats
 
 
-class HeadStats(NamedTuple):
-  """Per head and N, summed over windows and counted queries (shape (H, K) after reduce).
+# The per-row statistics a head sums over its counted queries: these fields of RowStats, by name.
+SUMMED = ("d_sum", "d_norm", "expected", "gap", "dmax_sum", "dmax_norm")
 
-  ``count`` = number of counted queries (t > N); the ``*_sum`` fields divided by ``count`` are
-  token averages (Algorithm 1-3). ``viol_*`` count rows with d̃ > d_max (strict, exact
-  comparison), ``max_ratio_*`` = max d̃/d_max over counted rows (0 where d_max = 0 and d̃ = 0).
-  """
-  count: jax.Array
-  d_sum: jax.Array
-  d_norm: jax.Array
-  expected: jax.Array
-  gap: jax.Array
-  dmax_sum: jax.Array
-  dmax_norm: jax.Array
-  viol_sum: jax.Array
-  viol_norm: jax.Array
-  max_ratio_sum: jax.Array
-  max_ratio_norm: jax.Array
+HeadStats = NamedTuple("HeadStats", [("count", jax.Array)] + [(k, jax.Array) for k in SUMMED]
+                       + [(k, jax.Array) for k in ("viol_sum", "viol_norm", "max_ratio_sum",
+                                                   "max_ratio_norm")])
+HeadStats.__doc__ = """Per head and N, summed over windows and counted queries (shape (H, K) after
+reduce).
+
+``count`` = number of counted queries (t > N); the :data:`SUMMED` fields (``d_sum``, ``d_norm``,
+``expected``, ``gap``, ``dmax_sum``, ``dmax_norm``: :class:`RowStats`' fields of the same names)
+divided by ``count`` are token averages (Algorithms 1-3). ``viol_*`` count rows with d̃ > d_max
+(strict, exact comparison), ``max_ratio_*`` = max d̃/d_max over counted rows (0 where d_max = 0
+and d̃ = 0).
+"""
 
 
 def _ratio(d, dmax):
@@ -47,8 +44,7 @@ def reduce_rows(st: RowStats) -> HeadStats:
   f = lambda v: jnp.sum(jnp.where(c, v, 0.0), axis=0)
   return HeadStats(
       count=jnp.sum(c, axis=0).astype(jnp.int32),
-      d_sum=f(st.d_sum), d_norm=f(st.d_norm), expected=f(st.expected), gap=f(st.gap),
-      dmax_sum=f(st.dmax_sum), dmax_norm=f(st.dmax_norm),
+      **{k: f(getattr(st, k)) for k in SUMMED},
       viol_sum=jnp.sum(c & (st.d_sum > st.dmax_sum), axis=0).astype(jnp.int32),
       viol_norm=jnp.sum(c & (st.d_norm > st.dmax_norm), axis=0).astype(jnp.int32),
       max_ratio_sum=jnp.max(jnp.where(c, _ratio(st.d_sum, st.dmax_sum), 0.0), axis=0),
@@ -122,8 +118,7 @@ def token_means(st: HeadStats) -> dict[str, jax.Array]:
   """
   cnt = st.count.astype(st.d_sum.dtype)
   safe = jnp.where(cnt > 0, cnt, 1.0)
-  return {k: jnp.where(cnt > 0, getattr(st, k) / safe, jnp.nan)
-          for k in ("d_sum", "d_norm", "expected", "gap", "dmax_sum", "dmax_norm")}
+  return {k: jnp.where(cnt > 0, getattr(st, k) / safe, jnp.nan) for k in SUMMED}
 
 
 def combine(a: HeadStats, b: HeadStats) -> HeadStats:

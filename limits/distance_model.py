@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.distance_fast import layer_stats, sort_rows
-from limits.distance_heads import HeadStats, combine, concat_heads, token_means
+from limits.distance_heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance_rows import check_form, check_inclusion
 from limits.errors import LimitsError
 
@@ -180,7 +180,7 @@ class ModelEvaluator:
         1, n_max, alpha=alpha, method=method, batch=batch)
 
 
-FIELDS = ("d_sum", "d_norm", "expected", "gap", "dmax_sum", "dmax_norm")
+FIELDS = SUMMED  # the token-averaged per-head columns of per_head.csv
 
 
 def tabulate(st: HeadStats, L: int, ns: Sequence[int], n_layer: int, n_head: int,

@@ -65,6 +65,11 @@ def test_single_temperature_end_to_end(tmp_path):
 
 
 def test_model_source(tmp_path):
+  """--source=model through the task in this process, as the CLI runs it (float64; the CLI
+  around it: the test above); the results block is what results.json holds."""
+  import jax
+
+  from limits import gradient
   from limits.gpt2 import testing
 
   text = tmp_path / "text.txt"
@@ -73,12 +78,11 @@ def test_model_source(tmp_path):
   text.write_text(words)
   model = testing.make_random_model_dir(tmp_path / "model", n_layer=2, n_head=2, n_embd=16,
                                         n_positions=32, text=words)
-  out = tmp_path / "model_run"
-  r = run("--source=model", f"--model={model}", f"--text={text}", "--length=12",
-          "--temperature=8", "--epsilons=0.01,1", "--rows=10", "--check_rows=2",
-          f"--out_dir={out}")
-  assert r.returncode == 0, r.stderr
-  res = json.loads((out / "results.json").read_text())["results"]
+  config = gradient.GradientConfig(source="model", model=str(model), text=str(text), length=12,
+                                   temperature=8, epsilons="0.01,1", rows=10, check_rows=2)
+  with jax.enable_x64(config.x64):
+    res = gradient.run(gradient.plan(config), log=lambda s: None).results
+  assert res["complete"] is True and res["source"]["source"] == "model"
   assert res["n_rows"] == 2 * 2 * 12  # layers × heads × queries
   for s in res["per_temperature"]:
     assert s["exact_rows"] == 10 and s["all_rows"] == 48

@@ -38,11 +38,9 @@ def test_temperature_below_float32_range_is_an_error(tmp_path):
   line = _one_error_line(r)
   assert "temperature" in line and "float32" in line and "--x64" in line, line
   assert not (out / "results.json").exists()
-  # The same T in float64 is fine (logits ~ 8·N(0,1) over 1e-38 stay finite).
-  r = run("--temperature=1e-38", "--rows=8", "--length=16", "--check_rows=0",
-          f"--out_dir={tmp_path / 'ok'}")
-  assert r.returncode == 0, r.stderr
-  res = json.loads((tmp_path / "ok" / "results.json").read_text())["results"]
+  # The same T in float64 is fine (logits ~ 8·N(0,1) over 1e-38 stay finite): the task in
+  # this process, as the CLI runs it (its results block is what results.json holds).
+  res = _run_task(temperature=1e-38, rows=8, length=16, check_rows=0)
   verdicts = {v["claim"].split(":")[0]: v["verdict"] for v in res["verdicts"]}
   assert verdicts["Corollary 3 as printed"] == "fails"  # the tied row: T‖J‖ = 1/2 > 1/4
 
@@ -51,9 +49,12 @@ def test_ctrl_c_keeps_finished_temperatures(tmp_path):
   """Before: "results written so far are kept", yet the run folder was empty after 5 of 6
   temperatures. Now results.json is rewritten after each batch of temperatures."""
   out = tmp_path / "run"
-  temps = ",".join(f"{t:g}" for t in [0.01 * 1.5**i for i in range(40)])
+  # Many cheap temperatures (L = 64: ~0.1-0.2 s each on 2 loaded cores; L = 256 took ~20 s
+  # each there), so the run is interrupted mid-way with little work in flight, and still runs
+  # for a minute or more past the first two if it were never interrupted.
+  temps = ",".join(f"{t:g}" for t in [0.01 * 1.02**i for i in range(400)])
   p = subprocess.Popen([sys.executable, "-m", "experiments.gradient", f"--temperatures={temps}",
-                        "--t_batch=1", "--rows=64", "--length=256", "--check_rows=2",
+                        "--t_batch=1", "--rows=64", "--length=64", "--check_rows=2",
                         f"--out_dir={out}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
   deadline = time.time() + 240
@@ -77,16 +78,21 @@ def test_ctrl_c_keeps_finished_temperatures(tmp_path):
   assert res["per_temperature"][0]["T"] == 0.01
 
 
-def _lemma2_verdict(logit_scale):
-  """The Lemma 2 verdict of the gradient task run in this process (float64, as the CLI)."""
+def _run_task(**settings):
+  """The gradient task's results block, run in this process as the CLI runs it (float64 unless
+  x64=False; the CLI around it: the subprocess tests here and tests/test_gradient_cli.py)."""
   import jax
 
   from limits import gradient
 
-  config = gradient.GradientConfig(logit_scale=logit_scale, temperature=1.0, rows=32, length=16,
-                                   check_rows=2)
-  with jax.enable_x64(True):
-    res = gradient.run(gradient.plan(config), log=lambda s: None).results
+  config = gradient.GradientConfig(**settings)
+  with jax.enable_x64(config.x64):
+    return gradient.run(gradient.plan(config), log=lambda s: None).results
+
+
+def _lemma2_verdict(logit_scale):
+  """The Lemma 2 verdict of the gradient task run in this process (float64, as the CLI)."""
+  res = _run_task(logit_scale=logit_scale, temperature=1.0, rows=32, length=16, check_rows=2)
   return next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
 
 
@@ -103,11 +109,16 @@ def test_lemma2_not_testable_when_its_bound_overflows():
   assert v["verdict"] == "holds", v
 
 
-def test_no_lapack_message_on_stdout_at_tiny_temperature(tmp_path):
+def test_no_lapack_message_on_stdout_at_tiny_temperature(capfd):
   """Before: LAPACK printed 'DLASCL parameter number 4 had an illegal value' to stdout at
-  T ≈ 0.0016, L = 256 (dense SVD of a Jacobian with subnormal entries)."""
-  r = run("--temperatures=0.001,0.0016,0.0025", "--rows=24", "--length=256", "--check_rows=0",
-          f"--out_dir={tmp_path / 'run'}", timeout=600)
-  assert r.returncode == 0, r.stderr
-  assert "DLASCL" not in r.stdout + r.stderr
-  assert "illegal value" not in r.stdout + r.stderr
+  T ≈ 0.0016, L = 256 (dense SVD of a Jacobian with subnormal entries). The task runs in this
+  process with file-descriptor capture (LAPACK writes to fd 1 from C, not through Python),
+  and C's stdio buffers are flushed before reading it."""
+  import ctypes
+
+  res = _run_task(temperatures="0.001,0.0016,0.0025", rows=24, length=256, check_rows=0)
+  assert res["temperatures_done"] == 3 and res["length"] == 256
+  ctypes.CDLL(None).fflush(None)
+  out, err = capfd.readouterr()
+  assert "DLASCL" not in out + err
+  assert "illegal value" not in out + err

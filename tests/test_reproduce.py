@@ -199,19 +199,48 @@ def test_unreadable_step_results_mark_claims_not_run(tmp_path):
   assert by_id["fig3-band"].label == "not run (step separability_model not run: --only)"
 
 
-def test_truncated_results_rerun_without_traceback(tmp_path):
+def _reproduce_in_process(out, only):
+  """``experiments.reproduce --quick --only=ONLY --out_dir=OUT`` as its ``main`` runs it, in this
+  process (no model step, so no model or corpus): the plan, the prerequisites, the locked
+  output folder, then ``run_all``, which still runs each step as its own CLI subprocess. The
+  signal handlers run_all installs and the folder lock are given back afterwards."""
+  from limits import reproduction_runner as runner
+  from limits import results as res
+
+  settings = rp.Settings(quick=True)
+  steps = [s for s in rp.STEPS if s.name in only]
+  config, _ = runner.check_prerequisites(steps, settings)
+  handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+  path = res.prepare_out_dir(out, runner.EXPERIMENT, identity={}, overwrite=False)
+  try:
+    return runner.run_all(steps, path, settings, config, {}, resume=True)
+  finally:
+    res.release_dir(path)
+    for sig, handler in handlers.items():
+      signal.signal(sig, handler)
+
+
+def test_truncated_results_rerun_without_traceback(tmp_path, capsys, monkeypatch):
+  """Resuming and rerunning a step through the runner in this process (the CLI around it:
+  test_failed_step_... and the kill tests below); the step itself runs as its CLI, so its
+  recorded config is what the resume check reads."""
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # what the steps inherit, as run_experiment sets
   out = tmp_path / "r"
-  args = [f"--out_dir={out}", "--quick", "--only=gradient_synthetic"]
-  first = run_experiment("reproduce", args, timeout=600)
-  assert first.returncode == 0, first.stderr
-  again = run_experiment("reproduce", args, timeout=600)  # resumes: the step is finished
-  assert again.returncode == 0, again.stderr
-  assert again.stdout.count("done earlier, skipped") == 1, again.stdout
+  first = _reproduce_in_process(out, ["gradient_synthetic"])
+  assert first["gradient_synthetic"]["status"] == "ok", first
+  assert "skipped" not in first["gradient_synthetic"]
+  capsys.readouterr()
+  again = _reproduce_in_process(out, ["gradient_synthetic"])  # resumes: the step is finished
+  stdout = capsys.readouterr().out
+  assert again["gradient_synthetic"]["skipped"] is True, again
+  assert stdout.count("done earlier, skipped") == 1, stdout
   path = out / "gradient_synthetic" / "results.json"
   path.write_text(path.read_text()[:100])  # torn write
-  again = run_experiment("reproduce", args, timeout=600)
-  assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
-  assert "running it again" in again.stdout and "done earlier" not in again.stdout
+  again = _reproduce_in_process(out, ["gradient_synthetic"])
+  stdout = capsys.readouterr().out
+  assert again["gradient_synthetic"]["status"] == "ok", again
+  assert "skipped" not in again["gradient_synthetic"], again
+  assert "running it again" in stdout and "done earlier" not in stdout
   json.loads(path.read_text())  # whole again
 
 

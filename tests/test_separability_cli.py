@@ -1,4 +1,5 @@
-"""End-to-end tests of ``python -m experiments.separability`` (subprocesses, cwd = repo root)."""
+"""End-to-end tests of ``python -m experiments.separability`` (subprocesses, cwd = repo root;
+the model source runs the same task in process)."""
 
 import csv
 import json
@@ -63,16 +64,29 @@ def test_sphere_end_to_end(tmp_path):
 
 
 def test_model_end_to_end(tmp_path):
+  """--source=model through the task in this process, as the CLI's main runs it (float64,
+  the output folder prepared and locked; the CLI around it: the sphere test above)."""
+  import jax
+
+  from limits import results as res_lib
+  from limits import separability_task
   from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
 
   model = make_random_model_dir(tmp_path / "model", n_layer=2, n_head=2, n_embd=32,
                                 n_positions=64)
   text = tmp_path / "text.txt"
   text.write_text(SAMPLE_TEXT * 3)
-  out = tmp_path / "model_run"
-  p = run("--source=model", f"--model={model}", f"--text={text}", "--length=40", "--windows=2",
-          "--n_values=1,2,4,8", f"--out_dir={out}")
-  assert p.returncode == 0, p.stderr[-3000:]
+  config = separability_task.SeparabilityConfig(
+      source="model", model=str(model), text=str(text), length=40, windows=2,
+      n_values="1,2,4,8", out_dir=str(tmp_path / "model_run"))
+  ns = separability_task.grid(config)
+  out = res_lib.prepare_out_dir(config.out_dir, separability_task.EXPERIMENT, identity={},
+                                overwrite=False)
+  try:
+    with jax.enable_x64(config.x64):
+      separability_task.run(config, out, ns)
+  finally:
+    res_lib.release_dir(out)
   res, rows = check_outputs(out, [1, 2, 4, 8], 4)
   # AMBIG-8: queries with t <= N are skipped; 2 windows of L = 40 keep 2 (40 - N) queries.
   for r in rows:

@@ -239,3 +239,18 @@ def test_gguf_tokenizer_equals_hf_tokenizers_on_a_copied_file(tmp_path):
   b = models.load_tokenizer(dst).encode("In 1805, Anna Pavlovna's 123 guests.")
   assert a == b and len(a) > 5
   assert models.load_config(dst) == models.load_config("smollm2")
+
+
+def test_gguf_parse_is_shared_and_a_replaced_file_is_read_again(tmp_path):
+  _, flat = _flat(seed=0)
+  path = _write_llama_gguf(tmp_path / "m.gguf", CONFIG, flat)
+  first = gguf_file.open_reader(path)
+  assert gguf_file.open_reader(tmp_path / "." / "m.gguf") is first  # one parse per file
+  np.testing.assert_array_equal(gguf_file.load(path)[1]["embed_tokens.weight"],
+                                flat["embed_tokens.weight"])
+  _, other = _flat(seed=1)
+  path.unlink()
+  _write_llama_gguf(path, CONFIG, other)  # replaced on disk: a new modification time
+  assert gguf_file.open_reader(path) is not first
+  np.testing.assert_array_equal(gguf_file.load(path)[1]["embed_tokens.weight"],
+                                other["embed_tokens.weight"])

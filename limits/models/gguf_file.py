@@ -13,6 +13,7 @@ digits split one by one for ``smollm``-style vocabularies), control tokens as sp
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from typing import Any
 
@@ -43,16 +44,30 @@ _GLOBAL_NAMES = {"token_embd.weight": "embed_tokens.weight", "output_norm.weight
 
 
 def open_reader(path) -> Any:
-  """A ``gguf.GGUFReader`` over ``path``; one line for a missing, truncated or corrupt file."""
-  from gguf import GGUFReader
+  """A ``gguf.GGUFReader`` over ``path``; one line for a missing, truncated or corrupt file.
 
+  The reader parses every metadata value up front, element by element (SmolLM2's 49,152-token
+  vocabulary and its merges take seconds), so one parse per file is kept for the process:
+  locating, loading and the tokenizer share it. The key includes the file's size and
+  modification time, so a file replaced on disk is read again.
+  """
   path = pathlib.Path(path)
   if not path.is_file():
     raise LimitsError(f"{path}: GGUF file not found")
-  if path.stat().st_size == 0:
+  st = path.stat()
+  if st.st_size == 0:
     raise LimitsError(f"{path}: GGUF file is empty (0 bytes)")
+  return _parsed(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _parsed(path: str, size: int, mtime_ns: int) -> Any:
+  """The parsed file (``size`` and ``mtime_ns`` only key the cache); errors are not cached."""
+  from gguf import GGUFReader
+
+  del size, mtime_ns
   try:
-    return GGUFReader(str(path))
+    return GGUFReader(path)
   except Exception as e:  # noqa: BLE001 - the reader raises ValueError, KeyError, IndexError...
     raise LimitsError(f"{path}: not a readable GGUF file, truncated or corrupt "
                       f"({first_line(e)})") from None

@@ -193,7 +193,9 @@ def test_full_disk_mid_sweep_keeps_records_and_resume_is_identical(tmp_path, fau
   one_error_line(p, "records.0.jsonl", "disk full", "run the same command again")
   assert not (full / "results.json").exists()
   assert cli("sweep", *args, f"--out_dir={full}").returncode == 0
-  assert cli("sweep", *args, f"--out_dir={clean}").returncode == 0
+  # The uninterrupted reference, in this process with the same settings (as test_sweep_cli).
+  sweep.run_sweep("toy", sweep.parse_grid(TOY), clean, seed=5, batch_size=2, devices=1,
+                  progress=False, log=None)
   assert sweep.collect(full, complete=True) == sweep.collect(clean, complete=True)
 
 
@@ -361,7 +363,9 @@ def test_second_sweep_on_a_busy_folder_refuses_then_interrupt_and_resume(tmp_pat
   again = cli("sweep", *args, f"--out_dir={run}")
   assert again.returncode == 0, again.stderr[-2000:]
   assert f"{len(kept)} already done" in again.stdout
-  assert cli("sweep", *args, f"--out_dir={clean}").returncode == 0
+  # The uninterrupted reference, in this process with the same settings (as test_sweep_cli).
+  sweep.run_sweep("toy", sweep.parse_grid(TOY), clean, seed=9, batch_size=1, devices=1,
+                  progress=False, log=None)
   assert sweep.collect(run, complete=True) == sweep.collect(clean, complete=True)
 
 

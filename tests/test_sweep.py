@@ -136,15 +136,14 @@ def test_toy_matches_closed_form_and_documented_keys(tmp_path):
   assert len(set(noise)) == len(noise) and all(0 <= u < 1 for u in noise)
 
 
-def test_gradient_cells_match_independent_computation(tmp_path):
+def test_gradient_cells_match_independent_computation(tmp_path, one_device_runs):
   from limits import jacobians
 
-  seed = 3
-  _run("gradient", GRAD_GRID, tmp_path / "dense", seed=seed, batch_size=4)
+  seed = 3  # the dense run: one_device_runs' grad1 (GRAD_GRID, seed 3, batch 4)
   # The O(L) secular-equation norm must give the same numbers as the dense closed form.
   _run("gradient", {**GRAD_GRID, "jacobian": "secular"}, tmp_path / "secular", seed=seed,
        batch_size=4)
-  recs = (sweep.collect(tmp_path / "dense", complete=True)
+  recs = (sweep.collect(one_device_runs / "grad1", complete=True)
           + sweep.collect(tmp_path / "secular", complete=True))
   Z = jnp.asarray(sweep.gradient_logits(jax.random.key(seed), 4, 8))  # (R, L)
 
@@ -306,20 +305,29 @@ def multi_device_runs(tmp_path_factory):
   return out, hosts
 
 
-def test_one_and_eight_devices_give_the_same_records(tmp_path, multi_device_runs):
+@pytest.fixture(scope="module")
+def one_device_runs(tmp_path_factory):
+  """The 1-device runs several tests compare with (computed once): the toy grid (seed 7,
+  batch 1) in toy1/ and the gradient grid (seed 3, batch 4) in grad1/."""
+  out = tmp_path_factory.mktemp("one_device")
+  _run("toy", TOY_GRID, out / "toy1", seed=7, batch_size=1)
+  _run("gradient", GRAD_GRID, out / "grad1", seed=3, batch_size=4)
+  return out
+
+
+def test_one_and_eight_devices_give_the_same_records(one_device_runs, multi_device_runs):
   out, _ = multi_device_runs
-  _run("toy", TOY_GRID, tmp_path / "toy1", seed=7, batch_size=1)
-  _run("gradient", GRAD_GRID, tmp_path / "grad1", seed=3, batch_size=4)
+  ref = one_device_runs
   # Keys depend only on cell ids and every device runs a (batch_size,)-shaped program: the toy
   # cell (exact float ops) is bitwise identical on 1 and 8 devices.
-  assert _records(out / "toy8") == _records(tmp_path / "toy1")
+  assert _records(out / "toy8") == _records(ref / "toy1")
   # Any two multi-device runs compile the same partitioned program: bitwise identical.
   assert _records(out / "grad8") == _records(out / "grad2")
   # A 1-device program is compiled without partitioning and XLA may fuse it differently, so
   # float results can differ in the last bits, which g's finite difference divides by eps:
   # a few ulp(1) = 6e-8 per softmax entry -> 1e-6/eps absolute; the Jacobian norm's entries
   # a_i - a_i^2 carry ulp(1) = 1.2e-7 absolute, / T; 1e-5 relative otherwise.
-  one, eight = _records(tmp_path / "grad1"), _records(out / "grad8")
+  one, eight = _records(ref / "grad1"), _records(out / "grad8")
   assert [(i, c) for i, c, _ in one] == [(i, c) for i, c, _ in eight]
   for (_, c, a), (_, _, b) in zip(one, eight):
     for k in a:
@@ -387,17 +395,16 @@ def test_distance_model_cells_match_the_reference_path(tmp_path, multi_device_ru
       np.testing.assert_allclose(b[key], a[key], rtol=1e-5, err_msg=f"{c} {key} f32 8 devices")
 
 
-def test_padding_when_devices_do_not_divide_cells(tmp_path, multi_device_runs):
+def test_padding_when_devices_do_not_divide_cells(one_device_runs, multi_device_runs):
   out, _ = multi_device_runs
   # 8 devices x batch 1: each group of 7 cells is one batch padded to 8; padding dropped.
   lines = [l for l in _lines(out / "toy8" / "records.0.jsonl") if l]
   ids = [json.loads(l)["id"] for l in lines]
   assert len(ids) == 14 and len(set(ids)) == 14
-  _run("toy", TOY_GRID, tmp_path, seed=7, batch_size=1)
-  assert _records(out / "toy8") == _records(tmp_path)
+  assert _records(out / "toy8") == _records(one_device_runs / "toy1")  # seed 7, batch 1
 
 
-def test_simulated_multi_host_writes_own_shards(tmp_path, multi_device_runs):
+def test_simulated_multi_host_writes_own_shards(one_device_runs, multi_device_runs):
   out, hosts = multi_device_runs
   d = out / "hosts"
   assert sorted(p.name for p in sweep.shard_paths(d)) == ["records.0.jsonl", "records.1.jsonl"]
@@ -415,8 +422,7 @@ def test_simulated_multi_host_writes_own_shards(tmp_path, multi_device_runs):
   assert ids[0] == expect[0] and ids[1] == expect[1]
   assert (len(ids[0]), len(ids[1])) == (8, 6)
   assert [h["computed"] for h in hosts] == [8, 6]
-  _run("toy", TOY_GRID, tmp_path, seed=7, batch_size=1)
-  assert _records(d) == _records(tmp_path)
+  assert _records(d) == _records(one_device_runs / "toy1")  # seed 7, batch 1, one device
 
 
 def test_host_kind_splits_batches_between_processes_like_a_traced_kind(multi_device_runs):

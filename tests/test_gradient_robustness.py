@@ -1,6 +1,7 @@
-"""experiments.gradient under abuse (issue 16's findings), each reproduced as a user would:
-a temperature below the float range, Ctrl-C mid-run, a Lemma 2 bound that overflows, LAPACK
-noise on stdout at tiny T."""
+"""experiments.gradient under abuse (issue 16's findings): a temperature below the float range,
+Ctrl-C mid-run, a Lemma 2 bound that overflows, LAPACK noise on stdout at tiny T. What a user
+sees of the CLI (the one-line error, exit 130 after Ctrl-C) runs it as a subprocess; checks of
+the task's numbers and output run the same task (same config) in this process."""
 
 import json
 import os

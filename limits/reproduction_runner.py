@@ -148,10 +148,10 @@ def write_report(out: Path, status, settings: rp.Settings, seconds: float, confi
 def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[str, Any], *,
             resume: bool = True) -> dict[str, dict[str, Any]]:
   """Every step in order, then the report; SIGTERM/SIGHUP/Ctrl-C end the running step, mark it
-  "interrupted" and still write the report of what finished (then re-raise)."""
+  "interrupted" and still write the report of what finished (then re-raise). The caller's
+  SIGTERM/SIGHUP handlers are back in place when it returns or raises."""
   ctx = config.n_positions if config is not None else None
-  for sig in (signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, _raise_interrupt)
+  previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
   t0 = time.perf_counter()
   status: dict[str, dict[str, Any]] = {}
   try:
@@ -166,5 +166,8 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
                               "seconds": None}
     write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
     raise
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
   write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
   return status

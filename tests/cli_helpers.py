@@ -2,6 +2,7 @@
 and a runner that calls ``python -m experiments.NAME`` the way a user would."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,14 @@ def start_experiment(module: str, args, *, cwd=REPO, env=None):
   env.pop("LIMITS_DATA_DIR", None)
   return subprocess.Popen([sys.executable, "-m", f"experiments.{module}", *args], cwd=cwd,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def interruptible() -> None:
+  """``preexec_fn`` for a CLI a test interrupts with SIGINT: SIGINT's default action, as a
+  terminal's Ctrl-C finds it. A shell without job control starts background jobs with SIGINT
+  ignored and every child inherits that (Python then installs no KeyboardInterrupt handler), so
+  a test suite started with ``pytest &`` would otherwise send a SIGINT the CLI never sees."""
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def pids_with(needle: str) -> list[int]:

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.cli_helpers import interruptible
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -57,7 +59,7 @@ def test_ctrl_c_keeps_finished_temperatures(tmp_path):
   p = subprocess.Popen([sys.executable, "-m", "experiments.gradient", f"--temperatures={temps}",
                         "--t_batch=1", "--rows=64", "--length=64", "--check_rows=2",
                         f"--out_dir={out}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
+                       stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
   deadline = time.time() + 240
   done = 0
   while time.time() < deadline and p.poll() is None:

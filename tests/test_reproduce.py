@@ -202,8 +202,8 @@ def test_unreadable_step_results_mark_claims_not_run(tmp_path):
 def _reproduce_in_process(out, only):
   """``experiments.reproduce --quick --only=ONLY --out_dir=OUT`` as its ``main`` runs it, in this
   process (no model step, so no model or corpus): the plan, the prerequisites, the locked
-  output folder, then ``run_all``, which still runs each step as its own CLI subprocess. The
-  signal handlers run_all installs and the folder lock are given back afterwards."""
+  output folder, then ``run_all``, which still runs each step as its own CLI subprocess (and
+  puts this process's signal handlers back). The folder lock is given back afterwards."""
   from limits import reproduction_runner as runner
   from limits import results as res
 
@@ -216,8 +216,7 @@ def _reproduce_in_process(out, only):
     return runner.run_all(steps, path, settings, config, {}, resume=True)
   finally:
     res.release_dir(path)
-    for sig, handler in handlers.items():
-      signal.signal(sig, handler)
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # run_all restored them
 
 
 def test_truncated_results_rerun_without_traceback(tmp_path, capsys, monkeypatch):

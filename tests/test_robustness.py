@@ -26,6 +26,7 @@ import pytest
 
 from limits import results, sweep
 from limits.errors import LimitsError
+from tests.cli_helpers import interruptible
 
 REPO = Path(__file__).resolve().parent.parent
 TOY = "x=linspace:-1:2:10;n=2,3"  # 20 cells in 2 static groups
@@ -340,7 +341,7 @@ def test_second_sweep_on_a_busy_folder_refuses_then_interrupt_and_resume(tmp_pat
   first = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *args,
                             f"--out_dir={run}"], cwd=REPO,
                            env=_env(LIMITS_SWEEP_TOY_DELAY="0.6"), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
   try:
     _wait_for_records(run / "records.0.jsonl", 2, first)
     second = cli("sweep", *args, f"--out_dir={run}", timeout=120)

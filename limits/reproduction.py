@@ -239,7 +239,8 @@ def assess_all(out: Path, step_status: Mapping[str, Mapping[str, Any]],
   """One assessment per registered claim, from each step's own files (read here, by key).
 
   A claim whose step was not asked for is "not run (step X not run: --only)"; one whose step
-  failed is "not run (step X failed)"; one whose step's results.json cannot be read says so.
+  failed, was interrupted or never started (an interrupted reproduction) is "not run (step X
+  failed / interrupted / not reached)"; one whose step's results.json cannot be read says so.
   The reading steps of a claim's step (``Step.reading``) give its verdicts under those options;
   a reading step that did not run leaves that reading "not testable" with the reason.
   """
@@ -379,8 +380,8 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
   failed = {n: st for n, st in step_status.items() if st.get("status") != "ok"}
   if failed:
     lines += ["", "## Steps that did not finish", ""]
-    lines += [f"- {n}: {st.get('error', st.get('status'))} (log: `{st.get('log', '')}`)"
-              for n, st in failed.items()]
+    lines += [f"- {n}: {st.get('error', st.get('status'))}"
+              + (f" (log: `{st['log']}`)" if st.get("log") else "") for n, st in failed.items()]
   lines += ["", "## Steps", "", "| step | status | seconds | command |", "|---|---|---|---|"]
   for name, st in step_status.items():
     secs = ("skipped (done)" if st.get("skipped") else

@@ -164,6 +164,10 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
                               "command": rp.step_command(running, settings, ctx),
                               "error": "interrupted", "log": str(out / running.name / "log.txt"),
                               "seconds": None}
+    for step in steps:  # the steps after it were asked for but never started
+      status.setdefault(step.name, {"status": "not reached", "seconds": None, "log": "",
+                                    "command": rp.step_command(step, settings, ctx),
+                                    "error": "the reproduction was interrupted before it"})
     write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
     raise
   finally:

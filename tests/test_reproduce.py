@@ -279,7 +279,7 @@ def test_killing_the_parent_ends_the_running_step(tmp_path, sig):
   out = tmp_path / "r"
   needle = f"--out_dir={out / 'gradient_synthetic'}"
   proc = start_experiment("reproduce", [f"--out_dir={out}", "--quick",
-                                        "--only=gradient_synthetic"])
+                                        "--only=gradient_synthetic,separability_sphere"])
   try:
     assert _wait_for(lambda: pids_with(needle), 120), proc.communicate(timeout=5)
     time.sleep(1.0)  # the step is past its start-up
@@ -295,3 +295,9 @@ def test_killing_the_parent_ends_the_running_step(tmp_path, sig):
     assert proc.returncode == 130
     report = (out / "report.md").read_text()
     assert "interrupted" in report  # what was done is reported; the step is marked
+    # The step after it was asked for but never started: "not reached", not "--only".
+    rows = json.loads((out / "results.json").read_text())["results"]["claims"]
+    sphere = [r for r in rows if r["step"] == "separability_sphere"]
+    assert sphere and all(r["label"] == "not run (step separability_sphere not reached)"
+                          for r in sphere), [r["label"] for r in sphere]
+    assert "- separability_sphere: the reproduction was interrupted before it\n" in report

@@ -1,6 +1,7 @@
 """Shared set-up for the end-to-end CLI tests: a random-weight model directory with small texts,
 and a runner that calls ``python -m experiments.NAME`` the way a user would."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,12 +38,19 @@ def start_experiment(module: str, args, *, cwd=REPO, env=None):
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def interruptible() -> None:
-  """``preexec_fn`` for a CLI a test interrupts with SIGINT: SIGINT's default action, as a
-  terminal's Ctrl-C finds it. A shell without job control starts background jobs with SIGINT
-  ignored and every child inherits that (Python then installs no KeyboardInterrupt handler), so
-  a test suite started with ``pytest &`` would otherwise send a SIGINT the CLI never sees."""
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
+@contextlib.contextmanager
+def interruptible():
+  """Around the start of a CLI a test interrupts with SIGINT: the child starts with SIGINT's
+  default action, as a terminal's Ctrl-C finds it. A shell without job control starts
+  background jobs with SIGINT ignored and every child inherits that (Python then installs no
+  KeyboardInterrupt handler), so a suite started with ``pytest &`` would otherwise send a SIGINT
+  the CLI never sees. A handled signal is reset to the default by exec, so this process handles
+  SIGINT while the child starts (no ``preexec_fn``: forking a threaded JAX process is unsafe)."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def pids_with(needle: str) -> list[int]:

@@ -56,10 +56,11 @@ def test_ctrl_c_keeps_finished_temperatures(tmp_path):
   # each there), so the run is interrupted mid-way with little work in flight, and still runs
   # for a minute or more past the first two if it were never interrupted.
   temps = ",".join(f"{t:g}" for t in [0.01 * 1.02**i for i in range(400)])
-  p = subprocess.Popen([sys.executable, "-m", "experiments.gradient", f"--temperatures={temps}",
-                        "--t_batch=1", "--rows=64", "--length=64", "--check_rows=2",
-                        f"--out_dir={out}"], cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+  with interruptible():
+    p = subprocess.Popen([sys.executable, "-m", "experiments.gradient",
+                          f"--temperatures={temps}", "--t_batch=1", "--rows=64", "--length=64",
+                          "--check_rows=2", f"--out_dir={out}"], cwd=REPO, env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   deadline = time.time() + 240
   done = 0
   while time.time() < deadline and p.poll() is None:

@@ -338,10 +338,11 @@ def test_second_sweep_on_a_busy_folder_refuses_then_interrupt_and_resume(tmp_pat
   run, clean = tmp_path / "run", tmp_path / "clean"
   args = ["--experiment=toy", f"--grid={TOY}", "--batch_size=1", "--seed=9", "--noprogress",
           "--devices=1"]
-  first = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *args,
-                            f"--out_dir={run}"], cwd=REPO,
-                           env=_env(LIMITS_SWEEP_TOY_DELAY="0.6"), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+  with interruptible():
+    first = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *args,
+                              f"--out_dir={run}"], cwd=REPO,
+                             env=_env(LIMITS_SWEEP_TOY_DELAY="0.6"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
   try:
     _wait_for_records(run / "records.0.jsonl", 2, first)
     second = cli("sweep", *args, f"--out_dir={run}", timeout=120)

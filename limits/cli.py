@@ -109,7 +109,8 @@ if len(_defaults) == 2:
 
 def run_identity() -> dict[str, Any]:
   """The flags of the running CLI (its main module) that determine its results: every flag
-  it defines less :data:`limits.results.EXECUTION_FIELDS`. Empty when flags are not parsed (library use)."""
+  it defines less :data:`limits.results.EXECUTION_FIELDS`. Empty when flags are not parsed
+  (library use)."""
   fv = flags.FLAGS
   if not fv.is_parsed() or not sys.argv:
     return {}

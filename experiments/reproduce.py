@@ -29,7 +29,6 @@ from absl import app, flags
 from limits import cli, cli_flags
 from limits import reproduction as rp
 from limits import reproduction_runner as runner
-from limits import results as res
 from limits.errors import LimitsError
 
 FLAGS = flags.FLAGS
@@ -62,10 +61,7 @@ def main(argv):
                          windows=FLAGS.windows, data_dir=FLAGS.data_dir, text=FLAGS.text)
   run_config = cli.run_identity()  # the command's settings, less the execution-only flags
   steps = [s for s in rp.STEPS if not only or s.name in only]
-  config, what = runner.check_prerequisites(steps, settings)  # one line, exit 2 if unusable
-  out = res.prepare_out_dir(FLAGS.out_dir, EXPERIMENT)  # writable and locked, or one line
-  print(f"reproduce: {what}; writing to {out}", flush=True)
-  status = runner.run_all(steps, out, settings, config, run_config, resume=FLAGS.resume)
+  out, status = runner.reproduce(steps, settings, FLAGS.out_dir, run_config, resume=FLAGS.resume)
   print(f"report: {out / 'report.md'}")
   failed = {n: st for n, st in status.items() if st["status"] != "ok"}
   if failed:

@@ -175,3 +175,18 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
       signal.signal(sig, handler)
   write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
   return status
+
+
+def reproduce(steps, settings: rp.Settings, out_dir, run_config: dict[str, Any], *,
+              resume: bool = True, identity=None, overwrite=None):
+  """``experiments.reproduce`` less its flags: checks the model and corpus (one line if
+  unusable), prepares and locks the output folder, runs :func:`run_all` and releases the lock.
+  Returns ``(out, status)``. ``identity``/``overwrite``: as :func:`limits.results.prepare_out_dir`
+  (default: from the running CLI's flags)."""
+  config, what = check_prerequisites(steps, settings)  # one line, exit 2 if unusable
+  out = res.prepare_out_dir(out_dir, EXPERIMENT, identity=identity, overwrite=overwrite)
+  try:
+    print(f"reproduce: {what}; writing to {out}", flush=True)
+    return out, run_all(steps, out, settings, config, run_config, resume=resume)
+  finally:
+    res.release_dir(out)

@@ -200,23 +200,17 @@ def test_unreadable_step_results_mark_claims_not_run(tmp_path):
 
 
 def _reproduce_in_process(out, only):
-  """``experiments.reproduce --quick --only=ONLY --out_dir=OUT`` as its ``main`` runs it, in this
-  process (no model step, so no model or corpus): the plan, the prerequisites, the locked
-  output folder, then ``run_all``, which still runs each step as its own CLI subprocess (and
-  puts this process's signal handlers back). The folder lock is given back afterwards."""
+  """``experiments.reproduce --quick --only=ONLY --out_dir=OUT`` through the function its
+  ``main`` calls, in this process (no model step, so no model or corpus); each step still runs
+  as its own CLI subprocess. This process's signal handlers are back afterwards."""
   from limits import reproduction_runner as runner
-  from limits import results as res
 
-  settings = rp.Settings(quick=True)
   steps = [s for s in rp.STEPS if s.name in only]
-  config, _ = runner.check_prerequisites(steps, settings)
   handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-  path = res.prepare_out_dir(out, runner.EXPERIMENT, identity={}, overwrite=False)
-  try:
-    return runner.run_all(steps, path, settings, config, {}, resume=True)
-  finally:
-    res.release_dir(path)
-    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # run_all restored them
+  _, status = runner.reproduce(steps, rp.Settings(quick=True), out, {}, identity={},
+                               overwrite=False)
+  assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # run_all restored them
+  return status
 
 
 def test_truncated_results_rerun_without_traceback(tmp_path, capsys, monkeypatch):

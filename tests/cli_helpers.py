@@ -22,6 +22,13 @@ def make_model_and_texts(root: Path, *, repeat: int = 6, **model_kwargs) -> Path
   return root
 
 
+def simulated_devices_env(n: int) -> dict:
+  """This process's environment for a CPU subprocess that sees ``n`` simulated devices (XLA's
+  host-platform device count added to the inherited XLA_FLAGS)."""
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}"
+  return dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
+
+
 def run_experiment(module: str, args, *, cwd=REPO, timeout: int = 300, env=None):
   """Runs ``python -m experiments.<module> *args`` on CPU without the corpus; CompletedProcess."""
   env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu")

@@ -19,6 +19,7 @@ from scipy.spatial.distance import pdist
 
 from limits import separability as sp
 from limits.errors import LimitsError
+from tests.cli_helpers import simulated_devices_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -338,8 +339,7 @@ print(json.dumps({"one": [np.asarray(a).tolist() for a in one[:-1]],
 
 
 def test_one_vs_eight_simulated_devices():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  env = simulated_devices_env(8)
   out = subprocess.run([sys.executable, "-c", _DEVICES_SCRIPT], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]

@@ -4,7 +4,6 @@ simulated multi-host shards), and the store (corrupt/partial records, checksums,
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import pytest
 
 from limits import sweep
 from limits.errors import LimitsError
+from tests.cli_helpers import simulated_devices_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -294,8 +294,7 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def multi_device_runs(tmp_path_factory):
   out = tmp_path_factory.mktemp("multi")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  env = simulated_devices_env(8)
   _make_model(out)
   p = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(out), json.dumps(TOY_GRID),
                       json.dumps(GRAD_GRID), json.dumps(_distance_grid(out))], cwd=REPO, env=env,

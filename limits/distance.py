@@ -20,8 +20,8 @@ each one concept, and re-exported here.
 - :mod:`limits.distance_verdicts`: the Figure 2 claims (:func:`figure2_verdicts`).
 """
 
-from limits.distance_fast import (Thresholds, causal_blocks, layer_stats, sort_rows,
-                                  thresholds, thresholds_from_sorted)
+from limits.distance_fast import (Thresholds, causal_blocks, default_blocks, layer_stats,
+                                  sort_rows, thresholds, thresholds_from_sorted)
 from limits.distance_heads import (HeadStats, combine, concat_heads, head_stats, reduce_rows,
                                    reduce_windows, token_means)
 from limits.distance_model import (FIELDS, VECTORS, ModelEvaluator, PrintedExpectations,
@@ -39,7 +39,7 @@ __all__ = [
     "FIELDS", "FORMS", "INCLUSIONS", "VECTORS", "HeadStats", "ModelEvaluator",
     "MonteCarloEstimate", "PrintedExpectations", "RowStats", "Thresholds", "TopN",
     "add_head_means", "causal_blocks", "check_form", "check_inclusion", "combine",
-    "concat_heads", "context_vector", "cumulative_distance", "expected_distance",
+    "concat_heads", "default_blocks", "context_vector", "cumulative_distance", "expected_distance",
     "figure2_verdicts", "head_stats", "jensen_gap_bound", "layer_stats", "monte_carlo_distance",
     "record_vectors", "reduce_rows", "reduce_windows", "row_stats", "selection_terms",
     "sort_rows", "sqrt0", "tabulate", "theorem1_bound", "thresholds", "thresholds_from_sorted",

@@ -117,6 +117,16 @@ def _d1_sq(sel, rest, dist2, *, cap: int, row_block: int):
   return lax.map(one, (sel, rest), batch_size=max(1, min(sel.shape[0], row_block)))
 
 
+# Below this length a layer is one block: the work saved is negligible and every block is
+# compiled as its own copy of the per-N code (4 blocks: ~4× the compile time of 1).
+BLOCKS_FROM_LENGTH = 128
+
+
+def default_blocks(L: int) -> int:
+  """Causal query blocks used for an L × L layer: 1 below BLOCKS_FROM_LENGTH, else 4."""
+  return 1 if L < BLOCKS_FROM_LENGTH else 4
+
+
 def causal_blocks(L: int, blocks: int = 4) -> list[tuple[int, int]]:
   """Query blocks [lo, hi) of a causal L × L layer; block b reads only keys < hi, so the
   per-row work is Σ_b (hi − lo)·hi ≈ 0.62·L² for 4 blocks instead of L²."""
@@ -124,9 +134,10 @@ def causal_blocks(L: int, blocks: int = 4) -> list[tuple[int, int]]:
   return list(zip(edges[:-1], edges[1:]))
 
 
-@functools.partial(jax.jit, static_argnames=("caps", "inclusion", "bound", "row_block"))
+@functools.partial(jax.jit, static_argnames=("caps", "inclusion", "bound", "row_block",
+                                             "blocks"))
 def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, bound: bool,
-                  row_block: int):
+                  row_block: int, blocks: int):
   """HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d), thr/cut (G, L, K)."""
   L = weights.shape[-1]
 
@@ -134,7 +145,7 @@ def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, boun
     a, xh, th, ct = args
     parts = [_block_rows(a[lo:hi, :hi], xh[:hi], th[lo:hi], ct[lo:hi], ns, lo, caps=caps,
                          inclusion=inclusion, bound=bound, row_block=row_block)
-             for lo, hi in causal_blocks(L)]
+             for lo, hi in causal_blocks(L, blocks)]
     rows = RowStats(*[jnp.concatenate(f, axis=0) for f in zip(*parts)])
     return reduce_rows(rows)
 
@@ -142,7 +153,8 @@ def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, boun
 
 
 def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
-                bound: bool = True, dtype=None, sorted_rows=None) -> HeadStats:
+                bound: bool = True, dtype=None, sorted_rows=None,
+                blocks: int | None = None) -> HeadStats:
   """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
 
   Args:
@@ -152,6 +164,8 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
     bound: also d_1, R_N, d_max (the verification of Eq. 9).
     dtype: compute dtype (float64 where a bound is verified; float32 suffices for KS).
     sorted_rows: rows already sorted by :func:`sort_rows` (reused between calls).
+    blocks: causal query blocks (:func:`causal_blocks`); default :func:`default_blocks` (L).
+      The values do not depend on it (tests check 1 and 4 blocks against the row path).
   Returns:
     HeadStats with fields (B, H, K) (NumPy arrays).
   """
@@ -174,5 +188,6 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
                       jnp.asarray(th.thr.reshape(B * H, L, -1)),
                       jnp.asarray(th.cut.reshape(B * H, L, -1)), jnp.asarray(ns, jnp.int32),
                       caps=caps, inclusion=inclusion, bound=bound,
-                      row_block=max(1, min(L, (1 << 21) // max(max(caps) * L, 1))))
+                      row_block=max(1, min(L, (1 << 21) // max(max(caps) * L, 1))),
+                      blocks=default_blocks(L) if blocks is None else int(blocks))
   return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)

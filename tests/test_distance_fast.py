@@ -27,10 +27,11 @@ def _assert_same(ref, new, rtol):
       np.testing.assert_allclose(n, r, rtol=rtol, atol=1e-300, err_msg=name)
 
 
-@pytest.mark.parametrize("shared_x", [False, True])
-def test_layer_stats_equals_row_path_with_ties(shared_x):
+@pytest.mark.parametrize("shared_x, blocks", [(False, 4), (True, None)])
+def test_layer_stats_equals_row_path_with_ties(shared_x, blocks):
   """float64, tolerance 1e-12 relative: both are Gram-identity sums of the same terms in a
-  different order (differences ~1e-16 measured)."""
+  different order (differences ~1e-16 measured). With 4 causal query blocks and with the
+  default for L = 33 (one block): the values do not depend on the partition."""
   with jax.enable_x64(True):
     rng = np.random.default_rng(0)
     B, H, L, d = 2, 3, 33, 5
@@ -42,7 +43,8 @@ def test_layer_stats_equals_row_path_with_ties(shared_x):
     x = rng.normal(size=(B, L, d) if shared_x else (B, H, L, d))
     ns = [1, 3, 5, 7, 25]
     ref = distance.head_stats(jnp.asarray(w), jnp.asarray(x), jnp.array(ns), n_cap=25)
-    new = distance.layer_stats(w, x, ns)
+    assert distance.default_blocks(L) == 1
+    new = distance.layer_stats(w, x, ns, blocks=blocks)
     _assert_same(ref, new, rtol=1e-12)
 
 

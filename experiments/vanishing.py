@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from limits import cli, cli_flags, sources, vanishing
+from limits import cli, cli_flags, vanishing
 
 D = vanishing.VanishingConfig()  # the defaults
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  cli_flags.define_corpus_flags(D, model=sources.MODEL_HELP)
+  cli_flags.define_corpus_flags(D, model=cli_flags.MODEL_HELP)
   flags.DEFINE_string("lengths", D.lengths, "Comma-separated L values; default 32,64,...,min(1024, "
                       "context).")
   cli_flags.define_run_flags(D, vanishing.EXPERIMENT, plot="Write vanishing.png.",

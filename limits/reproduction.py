@@ -2,10 +2,10 @@
 
 ``experiments/reproduce.py`` is the CLI over this module. Each :class:`Step` is one experiment
 CLI with config overrides (paper settings, and a ``quick`` variant for 2 CPU cores). The claims
-live in ``limits.claims`` and name the step whose outputs decide them; this module refers to them by id
-only. :func:`assess_all` reads each step's ``results.json`` and CSV tables (by key, never by
-the text of a claim), :func:`limits.claims.assess` judges every claim under each reading of its
-ambiguities, and :func:`render_report` writes ``report.md``. A step's outputs are never trusted
+live in ``limits.claims`` and name the step whose outputs decide them; this module refers to
+them by id only. :func:`assess_all` reads each step's ``results.json`` and CSV tables (by key,
+never by the text of a claim), :func:`limits.claims.assess` judges every claim under each
+reading of its ambiguities, and :func:`render_report` writes ``report.md``. A step's outputs are never trusted
 blindly: :func:`step_done` and :func:`load_results` reject a missing, truncated or
 unfinished results.json (and :func:`step_done` one recorded with other settings).
 """

@@ -4,25 +4,14 @@ sees of the CLI (the one-line error, exit 130 after Ctrl-C) runs it as a subproc
 the task's numbers and output run the same task (same config) in this process."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from tests.cli_helpers import interruptible
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _env():
-  return dict(os.environ, JAX_PLATFORMS="cpu")
+from tests.cli_helpers import interruptible, run_experiment, start_experiment
 
 
 def run(*args, timeout=300):
-  return subprocess.run([sys.executable, "-m", "experiments.gradient", *args], cwd=REPO,
-                        env=_env(), capture_output=True, text=True, timeout=timeout)
+  return run_experiment("gradient", args, timeout=timeout)
 
 
 def _one_error_line(r):
@@ -57,10 +46,8 @@ def test_ctrl_c_keeps_finished_temperatures(tmp_path):
   # for a minute or more past the first two if it were never interrupted.
   temps = ",".join(f"{t:g}" for t in [0.01 * 1.02**i for i in range(400)])
   with interruptible():
-    p = subprocess.Popen([sys.executable, "-m", "experiments.gradient",
-                          f"--temperatures={temps}", "--t_batch=1", "--rows=64", "--length=64",
-                          "--check_rows=2", f"--out_dir={out}"], cwd=REPO, env=_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = start_experiment("gradient", [f"--temperatures={temps}", "--t_batch=1", "--rows=64",
+                                      "--length=64", "--check_rows=2", f"--out_dir={out}"])
   deadline = time.time() + 240
   done = 0
   while time.time() < deadline and p.poll() is None:

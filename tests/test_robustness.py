@@ -6,9 +6,9 @@ Every case asserts what a user sees: a non-zero exit code (2 for a bad input or 
 130 for Ctrl-C), exactly one line on stderr naming the problem, no traceback, and no partial
 file presented as a result. CLIs run as subprocesses, as a user runs them (an uninterrupted
 reference sweep to compare with runs in this process). A full disk or a read-only folder is
-simulated inside the subprocess by a ``sitecustomize`` written here (the machine runs tests as root, so
-permissions cannot make a folder unwritable): opening a file for writing under the chosen folder
-raises the chosen ``OSError``. Expected values come from the test's own set-up (an
+simulated inside the subprocess by a ``sitecustomize`` written here (the machine runs tests as
+root, so permissions cannot make a folder unwritable): opening a file for writing under the
+chosen folder raises the chosen ``OSError``. Expected values come from the test's own set-up (an
 uninterrupted run, the flag values it passed), never from the output under test alone.
 """
 

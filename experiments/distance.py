@@ -42,7 +42,7 @@ def define_flags() -> None:
   every experiments module can be imported beside the others)."""
   flags.DEFINE_enum("mode", D.mode, list(distance_task.MODES), "Which Algorithm / panel of "
                     "Figure 2.")
-  cli_flags.define_corpus_flags(D, model="'tiny' (embedded), a GPT-2 name, or a model directory.")
+  cli_flags.define_corpus_flags(D, model=cli_flags.MODEL_HELP)
   flags.DEFINE_string("lengths", D.lengths, "Comma-separated L values; default 32,64,...,"
                       "min(1024, context) for vary_length/critical_n and min(1024, context) for "
                       "vary_n.")

@@ -60,7 +60,7 @@ def define_flags() -> None:
                      "logits.")
   flags.DEFINE_enum("source", D.source, ["synthetic", "model"], "Where the logit rows come from.")
   cli_flags.define_corpus_flags(
-      D, model="Model for --source=model (tiny, a GPT-2 name, or a dir).",
+      D, model="For --source=model: " + cli_flags.MODEL_HELP,
       windows="Model: number of L-token corpus windows.",
       text="Model: a text file overriding the corpus.",
       data_dir="Model: overrides $LIMITS_DATA_DIR.")

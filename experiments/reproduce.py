@@ -39,7 +39,7 @@ def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
   cli_flags.define_corpus_flags(
-      DEFAULTS, model="'tiny' (embedded), 'smollm2', a model name, a directory or a weight file.",
+      DEFAULTS, model=cli_flags.MODEL_HELP,
       windows="Corpus windows per length (default 1 quick, 4 full).")
   cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
   flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")

@@ -29,7 +29,7 @@ def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
   cli_flags.define_corpus_flags(
-      DEFAULTS, model="Model spec: 'tiny', 'smollm2', a directory, a .gguf file or a hub name.",
+      DEFAULTS, model=cli_flags.MODEL_HELP,
       data_dir="Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded corpus).",
       windows=None)
   cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, plot="Write scorecard.png.",

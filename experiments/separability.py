@@ -8,8 +8,9 @@ Two sources of (weights, vectors):
 - ``--source=model``: a GPT-2-architecture model (``--model``; default the embedded "tiny"),
   ``--windows`` windows of L corpus tokens; per head, the vectors ``--vectors`` (AMBIG-7: value
   vectors by default, key vectors, or the layer's normalised residual stream shared by the
-  heads) projected onto the sphere, and the attention rows of every query with its causal prefix; queries with t <= N
-  visible keys are skipped (AMBIG-8); averaged per head (and over windows).
+  heads) projected onto the sphere, and the attention rows of every query with its causal
+  prefix; queries with t <= N visible keys are skipped (AMBIG-8); averaged per head (and over
+  windows).
 
 Writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
 ``results.json`` with the Figure 3 verdicts. Per-N (sphere) or per-layer (model) results are
@@ -53,7 +54,7 @@ def define_flags() -> None:
                        "Sphere source: independent synthetic weight rows ('heads').")
   flags.DEFINE_integer("chunk", D.chunk, "Sphere source: Monte Carlo samples per jitted batch.")
   cli_flags.define_corpus_flags(
-      D, model="Model source: 'tiny', a GPT-2 name, or a directory.",
+      D, model="For --source=model: " + cli_flags.MODEL_HELP,
       windows="Model source: number of L-token corpus windows.",
       text="Model source: a text file to use instead of the corpus.",
       data_dir="Model source: folder with war_and_peace.txt (else $LIMITS_DATA_DIR).")

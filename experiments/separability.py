@@ -5,7 +5,8 @@ Two sources of (weights, vectors):
 - ``--source=sphere``: ``--heads`` synthetic weight rows (``--alpha_kind``) over L tokens, with
   fresh points uniform on S^{dim-1}(M) for each of ``--samples`` Monte Carlo samples (the same
   points for every N and every row: common random numbers).
-- ``--source=model``: a GPT-2-architecture model (``--model``; default the embedded "tiny"),
+- ``--source=model``: a pretrained model (``--model``: the embedded "tiny", GPT-2, SmolLM2-135M
+  or a checkpoint; default "tiny"),
   ``--windows`` windows of L corpus tokens; per head, the vectors ``--vectors`` (AMBIG-7: value
   vectors by default, key vectors, or the layer's normalised residual stream shared by the
   heads) projected onto the sphere, and the attention rows of every query with its causal

@@ -7,6 +7,13 @@ experiments.reproduce``. Prints (or writes to ``--out``) the tally of the paper'
 run, the paper's claims and the suite's findings with one column of measured values and
 verdicts per run, and one line per claim that fails or depends on a reading. The verdicts are
 the runs' own (``limits.claims.compare``); nothing is recomputed.
+
+With ``--values`` and exactly two runs (of ``reproduce`` or of any one experiment), prints
+instead every results.json's recorded values compared, file by file: how many numbers differ and
+the largest relative difference, with timings, the env block and model paths left out
+(``limits.claims.value_diff``); for checking a refactor, a commit or a machine against another.
+
+  python -m experiments.compare --run=before=runs/a --run=after=runs/b --values
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from limits import cli
-from limits.claims import compare
+from limits.claims import compare, value_diff
 from limits.errors import LimitsError
 from limits.results import atomic_write_text
 
@@ -24,6 +31,8 @@ def define_flags() -> None:
   every experiments module can be imported beside the others)."""
   flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one).")
   flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
+  flags.DEFINE_bool("values", False, "Compare two runs' recorded values file by file instead "
+                    "of their claim tables.")
   flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
   flags.register_validator("width", lambda v: v is not None and v >= 20,
                            message="--width must be an integer >= 20")
@@ -34,13 +43,18 @@ def main(argv):
   del argv
   if not FLAGS.run:
     raise LimitsError("give at least one --run=LABEL=DIR (a reproduce --out_dir)")
-  runs = []
+  specs = []
   for spec in FLAGS.run:
     label, sep, path = spec.partition("=")
     if not sep or not label or not path:
       raise LimitsError(f"--run={spec!r} must be LABEL=DIR, e.g. --run=SmolLM2=runs/smollm2")
-    runs.append(compare.load_run(label, path))
-  text = compare.side_by_side(runs, width=FLAGS.width)
+    specs.append((label, path))
+  if FLAGS.values:
+    if len(specs) != 2:
+      raise LimitsError(f"--values compares exactly two runs; got {len(specs)} --run")
+    text = value_diff.render(value_diff.diff_runs(*specs), (specs[0][0], specs[1][0]))
+  else:
+    text = compare.side_by_side([compare.load_run(*s) for s in specs], width=FLAGS.width)
   if FLAGS.out:
     atomic_write_text(FLAGS.out, text)
   else:

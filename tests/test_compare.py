@@ -83,3 +83,71 @@ def test_cli_prints_and_fails_in_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "experiments.compare", bad],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+
+
+# --- value_diff: two runs' recorded values, file by file -------------------------------------
+
+def _results(path, results, config=None, env=None):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({"experiment": "x", "config": config or {"seed": 0},
+                              "env": env or {}, "results": results}))
+
+
+def _two_runs(tmp_path):
+  a, b = tmp_path / "a", tmp_path / "b"
+  for d, secs, commit in ((a, 3.0, "aaa"), (b, 5.0, "bbb")):
+    _results(d / "results.json", {"claims": [], "steps": {"s1": {"log": f"{d}/s1/log.txt",
+                                                                   "seconds": secs}}},
+             env={"git_commit": commit})
+  _results(a / "s1" / "results.json",
+           {"x": 1.0, "y": [1, 2.0, float("nan")], "wall_s": 3.0, "per_N_seconds": {"1": 0.5},
+            "path": "/checkout_a/model", "verdict": "holds", "zipf_s": 1.1, "n": 4})
+  _results(b / "s1" / "results.json",
+           {"x": 1.0 + 1e-12, "y": [1, 2.0, float("nan")], "wall_s": 9.0,
+            "per_N_seconds": {"1": 0.7}, "path": "/checkout_b/model", "verdict": "fails",
+            "zipf_s": 1.2, "n": "4"})
+  _results(a / "s2" / "results.json", {"x": 1.0})
+  return a, b
+
+
+def test_value_diff_counts_numbers_and_leaves_out_timings_env_and_paths(tmp_path):
+  from limits.claims import value_diff
+  a, b = _two_runs(tmp_path)
+  diffs = {d.name: d for d in value_diff.diff_runs(("A", a), ("B", b))}
+  assert list(diffs) == ["results.json", "s1/results.json", "s2/results.json"]
+  top = diffs["results.json"]  # seconds, env and the log path under each run dir: left out
+  assert (top.numbers, top.differing, top.others) == (1, 0, ())  # config/seed
+  s1 = diffs["s1/results.json"]
+  # compared numbers: config/seed, x, y[0..2] (NaN = NaN), zipf_s (a Zipf exponent, not a time)
+  assert (s1.numbers, s1.differing) == (6, 2)
+  assert s1.max_key == "results/zipf_s" and s1.max_rel == pytest.approx(0.1 / 1.2, rel=1e-12)
+  assert s1.others == ("results/n: 4 != '4'", "results/verdict: 'holds' != 'fails'")
+  assert diffs["s2/results.json"].only_in == "A"
+  text = value_diff.render(list(diffs.values()), ("A", "B"))
+  assert "| s1/results.json | 6 | 2 | 8.3e-02 (results/zipf_s) |" in text
+  assert "| s2/results.json | — | — | — | only in A |" in text
+  assert text.rstrip().endswith("3 files, 7 numbers, 2 differing (largest relative difference "
+                                "8.3e-02), 3 other differences.")
+
+
+def test_value_diff_relative_difference_closed_forms():
+  from limits.claims.value_diff import diff_trees, rel_diff
+  inf, nan = float("inf"), float("nan")
+  assert rel_diff(2.0, 1.0) == 0.5 and rel_diff(-1.0, 1.0) == 2.0 and rel_diff(1, 1.0) == 0.0
+  assert rel_diff(nan, nan) == 0.0 and rel_diff(inf, inf) == 0.0
+  assert rel_diff(inf, -inf) == inf and rel_diff(1.0, nan) == inf and rel_diff(0.0, 1e-300) == 1.0
+  d = diff_trees("f", {"v": [1, 2], "b": True}, {"v": [1, 2, 3], "b": 1})
+  assert d.numbers == 0 and len(d.others) == 2  # a list that changed length; bool vs int
+
+
+def test_cli_values_table_and_its_one_line_errors(tmp_path):
+  a, b = _two_runs(tmp_path)
+  ok = subprocess.run([sys.executable, "-m", "experiments.compare", f"--run=A={a}",
+                       f"--run=B={b}", "--values"], capture_output=True, text=True)
+  assert ok.returncode == 0, ok.stderr
+  assert "| s1/results.json | 6 | 2 | 8.3e-02 (results/zipf_s) |" in ok.stdout
+  for bad in ([f"--run=A={a}", "--values"], [f"--run=A={a}", f"--run=C={tmp_path / 'no'}",
+                                             "--values"]):
+    r = subprocess.run([sys.executable, "-m", "experiments.compare", *bad],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)

@@ -29,7 +29,8 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one).")
+  flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one; "
+                            "with --values, two runs of reproduce or of any one experiment).")
   flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
   flags.DEFINE_bool("values", False, "Compare two runs' recorded values file by file instead "
                     "of their claim tables.")

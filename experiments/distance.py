@@ -22,7 +22,7 @@ Outputs in ``--out_dir``: ``per_head.csv`` (one row per L, N, layer, head; both 
 blue, bound red; mean and IQR over heads, AMBIG-15) and ``results.json`` with the claims'
 verdicts. Results are rewritten after every L so an interrupted run keeps what finished.
 
-  LIMITS_DATA_DIR=/work/shared/data python -m experiments.distance --mode=vary_length \
+  LIMITS_DATA_DIR=/path/to/data python -m experiments.distance --mode=vary_length \
       --out_dir=results/distance/vary_length
 """
 

@@ -18,7 +18,7 @@ Writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``fig
 written as they finish, so an interrupted run keeps them.
 
   python -m experiments.separability --source=sphere --out_dir=results/separability/sphere
-  LIMITS_DATA_DIR=/work/shared/data python -m experiments.separability --source=model \
+  LIMITS_DATA_DIR=/path/to/data python -m experiments.separability --source=model \
       --out_dir=results/separability/tiny
 """
 

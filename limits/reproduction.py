@@ -5,9 +5,9 @@ CLI with config overrides (paper settings, and a ``quick`` variant for 2 CPU cor
 live in ``limits.claims`` and name the step whose outputs decide them; this module refers to
 them by id only. :func:`assess_all` reads each step's ``results.json`` and CSV tables (by key,
 never by the text of a claim), :func:`limits.claims.assess` judges every claim under each
-reading of its ambiguities, and :func:`render_report` writes ``report.md``. A step's outputs are never trusted
-blindly: :func:`step_done` and :func:`load_results` reject a missing, truncated or
-unfinished results.json (and :func:`step_done` one recorded with other settings).
+reading of its ambiguities, and :func:`render_report` writes ``report.md``. A step's outputs
+are never trusted blindly: :func:`step_done` and :func:`load_results` reject a missing,
+truncated or unfinished results.json (and :func:`step_done` one recorded with other settings).
 """
 
 from __future__ import annotations

@@ -151,3 +151,11 @@ def test_cli_values_table_and_its_one_line_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "experiments.compare", *bad],
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+
+
+def test_value_diff_truncated_file_is_one_line_naming_it(tmp_path):
+  from limits.claims import value_diff
+  a, b = _two_runs(tmp_path)
+  (b / "s1" / "results.json").write_text('{"results": {"x": 1.')  # cut off mid-write
+  with pytest.raises(LimitsError, match=r"s1/results.json: not readable JSON"):
+    value_diff.diff_runs(("A", a), ("B", b))

@@ -116,15 +116,21 @@ def _relative_to_run(x: Any, prefixes: tuple[str, ...]) -> Any:
   return x
 
 
-def _load(path: Path, run_dir: Path) -> dict:
+def _run_prefixes(run_dir: Path) -> tuple[str, ...]:
+  """The run directory as given and resolved, longest first (for :func:`_relative_to_run`)."""
+  return tuple(sorted({str(run_dir).rstrip("/"), str(run_dir.resolve())}, key=len, reverse=True))
+
+
+def _load(path: Path, prefixes: tuple[str, ...]) -> dict:
+  """The config and results blocks of a results.json, run-directory paths made relative.
+  (``limits.models.files.read_json`` reads the same way, but importing ``limits.models`` loads
+  JAX, which the compare CLI does not otherwise need.)"""
   try:
     data = json.loads(path.read_text())
-  except (OSError, ValueError) as e:
-    raise LimitsError(f"{path}: not readable JSON ({type(e).__name__}: {e})")
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    raise LimitsError(f"{path}: not readable JSON ({type(e).__name__}: {e})") from None
   if not isinstance(data, dict):
     raise LimitsError(f"{path}: not a results.json (a JSON object is expected)")
-  prefixes = tuple(sorted({str(run_dir).rstrip("/"), str(run_dir.resolve())}, key=len,
-                          reverse=True))
   return _relative_to_run({k: data.get(k) for k in ("config", "results")}, prefixes)
 
 
@@ -143,6 +149,7 @@ def diff_runs(a: tuple[str, str | Path], b: tuple[str, str | Path]) -> list[File
   """Every results.json of two runs ((label, dir) each) compared; top-level file first."""
   (la, da), (lb, db) = (a[0], Path(a[1])), (b[0], Path(b[1]))
   fa, fb = _files(da), _files(db)
+  pa, pb = _run_prefixes(da), _run_prefixes(db)
   out = []
   for name in sorted(fa | fb, key=lambda n: (n != "results.json", n)):
     if name not in fb:
@@ -150,7 +157,7 @@ def diff_runs(a: tuple[str, str | Path], b: tuple[str, str | Path]) -> list[File
     elif name not in fa:
       out.append(FileDiff(name, only_in=lb))
     else:
-      out.append(diff_trees(name, _load(da / name, da), _load(db / name, db)))
+      out.append(diff_trees(name, _load(da / name, pa), _load(db / name, pb)))
   return out
 
 

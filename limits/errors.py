@@ -10,6 +10,11 @@ class LimitsError(ValueError):
   """A bad input, missing file or refused checkpoint; the message is one readable line."""
 
 
+def first_line(e: BaseException) -> str:
+  """The first line of an exception's message, or its type name (for one-line errors)."""
+  return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def check(condition: bool, message: str) -> None:
   """Raises LimitsError(message) unless condition holds."""
   if not condition:

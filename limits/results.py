@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from limits.errors import LimitsError
+from limits.errors import LimitsError, first_line
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Settings that change how a run executes, not what it computes: not part of a run's identity
@@ -263,6 +263,18 @@ def env_info(seed: int | None = None) -> dict[str, Any]:
   except Exception:  # pragma: no cover - jaxlib always ships with jax
     pass
   return info
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+  """A JSON object from ``path``; one LimitsError line if unreadable, not JSON (a truncated
+  write) or not an object."""
+  try:
+    value = json.loads(Path(path).read_text(encoding="utf-8"))
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    raise LimitsError(f"{path}: not valid JSON ({first_line(e)})") from None
+  if not isinstance(value, dict):
+    raise LimitsError(f"{path}: expected a JSON object, got {type(value).__name__}")
+  return value
 
 
 def to_jsonable(obj: Any) -> Any:

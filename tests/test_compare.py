@@ -157,5 +157,5 @@ def test_value_diff_truncated_file_is_one_line_naming_it(tmp_path):
   from limits.claims import value_diff
   a, b = _two_runs(tmp_path)
   (b / "s1" / "results.json").write_text('{"results": {"x": 1.')  # cut off mid-write
-  with pytest.raises(LimitsError, match=r"s1/results.json: not readable JSON"):
+  with pytest.raises(LimitsError, match=r"s1/results.json: not valid JSON"):
     value_diff.diff_runs(("A", a), ("B", b))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from limits.errors import LimitsError
+from limits.results import read_json_object
 
 # Keys whose values are wall-clock measurements (names used by limits' writers).
 TIMING_KEYS = frozenset({"seconds", "wall_s", "timings_s", "timing_s", "time_utc"})
@@ -122,15 +123,8 @@ def _run_prefixes(run_dir: Path) -> tuple[str, ...]:
 
 
 def _load(path: Path, prefixes: tuple[str, ...]) -> dict:
-  """The config and results blocks of a results.json, run-directory paths made relative.
-  (``limits.models.files.read_json`` reads the same way, but importing ``limits.models`` loads
-  JAX, which the compare CLI does not otherwise need.)"""
-  try:
-    data = json.loads(path.read_text())
-  except (OSError, UnicodeDecodeError, ValueError) as e:
-    raise LimitsError(f"{path}: not readable JSON ({type(e).__name__}: {e})") from None
-  if not isinstance(data, dict):
-    raise LimitsError(f"{path}: not a results.json (a JSON object is expected)")
+  """The config and results blocks of a results.json, run-directory paths made relative."""
+  data = read_json_object(path)
   return _relative_to_run({k: data.get(k) for k in ("config", "results")}, prefixes)
 
 

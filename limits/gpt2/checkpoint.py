@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from limits.errors import LimitsError
+from limits.errors import LimitsError, first_line
 from limits.gpt2 import model as model_lib
 from limits.gpt2.config import Config
 from limits.models import files
@@ -67,7 +67,7 @@ def _read_msgpack(path: pathlib.Path) -> dict[str, np.ndarray]:
     state = serialization.msgpack_restore(path.read_bytes())
   except Exception as e:  # noqa: BLE001 - msgpack raises several types for a bad file.
     raise LimitsError(f"{path}: corrupt or truncated flax msgpack file "
-                      f"({files.first_line(e)})") from None
+                      f"({first_line(e)})") from None
   if not isinstance(state, dict):
     raise LimitsError(f"{path}: flax msgpack does not hold a parameter dict")
   if "params" in state and isinstance(state["params"], dict):

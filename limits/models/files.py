@@ -11,7 +11,8 @@ import pathlib
 
 import numpy as np
 
-from limits.errors import LimitsError
+from limits.errors import LimitsError, first_line
+from limits.results import read_json_object
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy.pkl")
 SAFETENSORS_ALTERNATIVE = (
@@ -29,11 +30,6 @@ def refuse_pickle(path: pathlib.Path):
   """Raises the LimitsError that refuses a pickle checkpoint, naming it and the alternative."""
   raise LimitsError(f"refusing pickle checkpoint {path}: unpickling can run arbitrary code; "
                     + SAFETENSORS_ALTERNATIVE)
-
-
-def first_line(e: BaseException) -> str:
-  """The first line of an exception's message, or its type name."""
-  return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
@@ -76,13 +72,7 @@ def read_json(path: pathlib.Path, what: str = "config.json",
   """A JSON object from ``path``; one line if missing (naming ``needed_by``) or invalid."""
   if not path.is_file():
     raise LimitsError(f"{path}: {what} is missing; {needed_by} needs it next to the weights")
-  try:
-    value = json.loads(path.read_text())
-  except (OSError, UnicodeDecodeError, ValueError) as e:
-    raise LimitsError(f"{path}: not valid JSON ({first_line(e)})") from None
-  if not isinstance(value, dict):
-    raise LimitsError(f"{path}: expected a JSON object, got {type(value).__name__}")
-  return value
+  return read_json_object(path)
 
 
 def find_weight_file(directory: pathlib.Path, names: tuple[str, ...]) -> pathlib.Path:

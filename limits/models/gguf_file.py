@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from limits.errors import LimitsError
-from limits.models.files import first_line
+from limits.errors import LimitsError, first_line
 
 ARCHITECTURES = ("llama",)
 # tokenizer.ggml.pre values whose pre-tokenizer splits digits individually before GPT-2's regex.

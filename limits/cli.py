@@ -43,6 +43,9 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]):
     _quiet_library_logs()
+    from limits.records import compilation
+
+    compilation.enable()  # persistent XLA cache (a CLI entry, never at import)
     if len(argv) > 1:
       print(f"error: unexpected positional arguments {list(argv[1:])}; use --flag=value",
             file=sys.stderr)

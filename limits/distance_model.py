@@ -37,6 +37,11 @@ def record_vectors(rec, vectors: str, embeddings=None):
   raise LimitsError(f"--vectors={vectors!r} is not one of {VECTORS}")
 
 
+def record_fields(vectors: str) -> tuple[str, ...]:
+  """The record fields a statistic on ``vectors`` reads (``limits.records.iter_layers``)."""
+  return ("weights",) + {"value": ("v",), "key": ("k",), "hidden": ("x",)}.get(vectors, ())
+
+
 def _token_embeddings(params, tok):
   """wte[token] (B, L, D) for ``--vectors=embedding`` (GPT-2 ``wte`` or Llama ``embed_tokens``)."""
   for name in ("wte", "embed_tokens"):
@@ -79,11 +84,13 @@ class ModelEvaluator:
   shows both precisions give the same decisions on the embedded model). :meth:`critical_n`
   keeps every layer's weights, vectors and sorted rows between bisection probes when they fit
   in ``cache_bytes`` (one forward and one sort per row per L), else recomputes per probe.
+  ``layer_source(tokens (1, L)) -> iterator of (layer, record)`` replaces the forward (e.g.
+  ``limits.records.iter_layers``: one forward per window for every step and probe).
   """
 
   def __init__(self, params, config, *, vectors: str = "value",
                inclusion: str = "n_over_l_minus_1", dtype=np.float64, ks_dtype=np.float32,
-               cache_bytes: int = 3 << 30):
+               cache_bytes: int = 3 << 30, layer_source=None):
     if vectors not in VECTORS:
       raise LimitsError(f"--vectors={vectors!r} is not one of {VECTORS}")
     check_inclusion(inclusion)
@@ -92,13 +99,16 @@ class ModelEvaluator:
     self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
     self.ks_dtype = np.dtype(ks_dtype) if ks_dtype is not None else self.dtype
     self.cache_bytes = cache_bytes
+    self.layer_source = layer_source
 
   def _layers(self, tok, dtype):
     """Yields (weights (1, H, L, L), x) as NumPy arrays of ``dtype`` for each layer."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None
-    for _, rec in models.iter_layers(self.params, tok, self.config):
+    layers = (models.iter_layers(self.params, tok, self.config) if self.layer_source is None
+              else self.layer_source(tok))
+    for _, rec in layers:
       x = record_vectors(rec, self.vectors, emb)
       yield np.asarray(rec.weights, dtype), np.asarray(x, dtype)
       del rec

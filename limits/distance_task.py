@@ -128,7 +128,7 @@ def run(config: DistanceConfig):
   """
   import numpy as np
 
-  from limits import distance_model, distance_verdicts, sources
+  from limits import distance_model, distance_verdicts, records, sources
   from limits import results as res
 
   mode = config.mode
@@ -143,9 +143,14 @@ def run(config: DistanceConfig):
                                            data_dir=config.data_dir) for L in lengths}
   dtype = np.float64 if config.x64 else np.float32
   ks_dtype = np.float64 if (config.x64 and config.ks_x64) else np.float32
-  evaluator = distance_model.ModelEvaluator(model.params, model.config, vectors=config.vectors,
-                                            inclusion=config.inclusion, dtype=dtype,
-                                            ks_dtype=ks_dtype)
+  fields = distance_model.record_fields(config.vectors)
+
+  def evaluator_on(store):  # one forward per window for every N and probe (limits.records)
+    return distance_model.ModelEvaluator(
+        model.params, model.config, vectors=config.vectors, inclusion=config.inclusion,
+        dtype=dtype, ks_dtype=ks_dtype,
+        layer_source=lambda tok: records.iter_layers(model, tok, fields=fields, store=store))
+
   record["dtype"] = np.dtype(dtype).name
   record["ks_dtype"] = np.dtype(ks_dtype).name
   per_head_rows, summary_rows, crit_rows = [], [], []
@@ -164,10 +169,11 @@ def run(config: DistanceConfig):
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 
   if mode in ("vary_length", "vary_n"):
-    _bound_lengths(config, evaluator, tokens_by_l, ns, model.config.n_head,
+    _bound_lengths(config, evaluator_on(records.store_from_env()), tokens_by_l, ns, model.config.n_head,
                    model.config.n_layer, (per_head_rows, summary_rows, crit_rows), state, flush)
   else:
-    _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush)
+    with records.session_store() as store:  # every probe of the search re-reads the records
+      _critical_lengths(config, evaluator_on(store), tokens_by_l, crit_rows, state, flush)
   flush(final=True)
   if config.plot:
     from limits.plotting import distance as plot_lib

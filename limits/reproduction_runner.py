@@ -66,6 +66,28 @@ def _last_error(log: Path) -> str:
   return next((l for l in reversed(lines) if l.startswith("error:")), lines[-1] if lines else "")
 
 
+RECORDS = "records"  # OUT/records: the shared per-window records of the steps (limits.records)
+
+
+def records_env(out: Path) -> dict[str, str]:
+  """The steps' environment: ``$LIMITS_RECORDS_DIR`` = ``OUT/records`` (one forward per window
+  and L for the whole reproduction) unless the caller set it (a folder, or ``off``)."""
+  from limits import records
+
+  env = dict(os.environ)
+  env.setdefault(records.ENV_DIR, str(out / RECORDS))
+  return env
+
+
+def remove_records(out: Path, status) -> None:
+  """Deletes ``OUT/records`` once every step succeeded (a failed or interrupted run keeps it,
+  so a rerun reads its records instead of recomputing them)."""
+  import shutil
+
+  if all(st.get("status") == "ok" for st in status.values()):
+    shutil.rmtree(out / RECORDS, ignore_errors=True)
+
+
 def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *,
              resume: bool = True) -> dict[str, Any]:
   """Runs one step as a subprocess in its own process group (or skips it when ``resume`` and
@@ -89,7 +111,8 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
          f"--out_dir={step_dir}"]
   t0 = time.perf_counter()
   with open(log, "w", encoding="utf-8") as f:
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=records_env(out))
     try:
       code = proc.wait()
     except BaseException:
@@ -174,6 +197,7 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
     for sig, handler in previous.items():
       signal.signal(sig, handler)
   write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
+  remove_records(out, status)
   return status
 
 

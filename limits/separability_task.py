@@ -156,8 +156,8 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
   import jax.numpy as jnp
   import numpy as np
 
-  from limits import models, separability_model, sources
-  from limits.distance_model import record_vectors
+  from limits import records, separability_model, sources
+  from limits.distance_model import record_fields, record_vectors
   from limits.progress import Progress
 
   c = config
@@ -189,7 +189,8 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
   with Progress(c.windows * NL, "separability/model", unit="layers") as prog:
     for w in range(c.windows):
       last = c.windows - 1
-      for layer, rec in models.iter_layers(model.params, tokens[w:w + 1], cfg):
+      for layer, rec in records.iter_layers(model, tokens[w:w + 1],
+                                            fields=record_fields(c.vectors)):
         weights = np.asarray(rec.weights[0], dtype)                    # (H, L, L)
         x = record_vectors(rec, c.vectors)[0].astype(dtype)
         if x.ndim == 2:                                                # hidden: (L, D) shared

@@ -177,7 +177,7 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
       plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
       ``native_temperature`` (√d_head).
   """
-  from limits import models
+  from limits import records
 
   tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
                           allow_download=allow_download)
@@ -189,8 +189,8 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
   vis = causal_mask(l)
   for w in range(tokens.shape[0]):
     # One layer's (1, H, L, L) scores at a time (iter_layers), written straight into rows.
-    for li, (layer, rec) in enumerate(models.iter_layers(model.params, tokens[w:w + 1], c,
-                                                        layers=kept)):
+    for li, (layer, rec) in enumerate(records.iter_layers(model, tokens[w:w + 1], layers=kept,
+                                                         fields=("scores",))):
       assert layer == kept[li]
       start = w * per_window + li * h * l
       block = rows[start:start + h * l].reshape(h, l, l)

@@ -126,7 +126,7 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds, cli, models, sources
+  from limits import bounds, cli, records, sources
   from limits import results as res
   from limits.progress import Progress
 
@@ -161,7 +161,8 @@ def run(config: VanishingConfig):
       t0 = time.perf_counter()
       acc = {}
       for w in range(config.windows):
-        for layer, rec in models.iter_layers(model.params, tokens_by_l[L][w:w + 1], c):
+        for layer, rec in records.iter_layers(model, tokens_by_l[L][w:w + 1],
+                                              fields=("q", "k", "scores")):
           out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
                          np.asarray(T, dtype))
           out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)

@@ -1,0 +1,145 @@
+"""One forward per (model, window, L), shared by every step and every reading (AMBIG-7).
+
+:func:`iter_layers` is ``limits.models.iter_layers`` for a :class:`limits.sources.Model` and
+one corpus window, with a disk cache in between: the first call for a window runs the forward
+once for every layer and writes each layer's record (``q, k, v, scores, weights, x``, the
+model's dtype: float32) to a :class:`~limits.records.store.RecordStore`; every later call, in
+this process or another step's, reads them memory-mapped (one layer's arrays at a time, so
+peak memory stays one layer whatever L and the number of windows). The records are
+bit-identical to the forward's: they are its own output, stored raw.
+
+The store is the folder in ``$LIMITS_RECORDS_DIR`` (the reproduction runner sets it to
+``OUT/records`` for its steps and removes it when every step succeeded); unset, or ``off``,
+the forward runs as before (:func:`store_from_env` is None). :func:`session_store` gives a
+temporary store for one call when none is set (Algorithm 3's search re-reads the same records
+every round). The key (:mod:`limits.records.key`) covers the model files, the tokens, L and the
+code; a stale, foreign, truncated or corrupt entry is never read: it is discarded and the
+forward recomputed (one warning line on stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from limits.records.key import window_key
+from limits.records.store import FIELDS, Corrupt, RecordStore
+
+ENV_DIR = "LIMITS_RECORDS_DIR"
+OFF = ("", "0", "off", "none", "false")
+
+__all__ = ["ENV_DIR", "FIELDS", "Corrupt", "RecordStore", "iter_layers", "session_store",
+           "store_from_env", "window_key"]
+
+
+def store_from_env() -> RecordStore | None:
+  """The store named by ``$LIMITS_RECORDS_DIR``, None when unset or off."""
+  root = os.environ.get(ENV_DIR, "")
+  return None if root.strip().lower() in OFF else RecordStore(root)
+
+
+@contextlib.contextmanager
+def session_store():
+  """The environment's store, else a temporary one removed on exit."""
+  store = store_from_env()
+  if store is not None:
+    yield store
+    return
+  with tempfile.TemporaryDirectory(prefix="limits_records_") as tmp:
+    yield RecordStore(tmp)
+
+
+def _warn(msg: str) -> None:
+  print(f"warning: records cache: {msg}; recomputing the forward", file=sys.stderr, flush=True)
+
+
+def _record(arrays):
+  from limits.models import AttnRecord
+
+  return AttnRecord(**{f: arrays.get(f) for f in FIELDS})
+
+
+_DEFAULT = object()
+
+
+def iter_layers(model, tokens, *, layers=None, fields: Sequence[str] = FIELDS,
+                store=_DEFAULT) -> Iterator[tuple[int, object]]:
+  """Yields ``(layer, AttnRecord)`` for one window ``tokens (1, L)`` of ``model``.
+
+  Same records as ``limits.models.iter_layers(model.params, tokens, model.config)`` (the
+  model's own softmax and temperature) for the kept ``layers`` (None = all), as NumPy arrays
+  with the batch axis of 1. ``fields``: the record fields the caller reads (the others may be
+  None when they come from the store). ``store``: a :class:`RecordStore`, None for no cache,
+  default :func:`store_from_env`.
+  """
+  from limits import models
+  from limits.models import engine
+
+  if store is _DEFAULT:
+    store = store_from_env()
+  if store is None:
+    yield from models.iter_layers(model.params, tokens, model.config, layers=layers)
+    return
+  bad = [f for f in fields if f not in FIELDS]
+  if bad:
+    raise ValueError(f"unknown record fields {bad}; allowed: {FIELDS}")
+  tokens = engine.check_tokens(tokens, model.config)
+  if tokens.shape[0] != 1:
+    raise ValueError(f"one window at a time: tokens must be (1, L), got {tuple(tokens.shape)}")
+  kept = engine.check_layers(layers, model.config)
+  key = window_key(model, tokens)
+  done: set[int] = set()
+  try:
+    entry = store.open(key)
+    if entry is not None:
+      for i in kept:
+        arrays = entry.read(i, fields)
+        yield i, _record(arrays)
+        done.add(i)
+      return
+  except (Corrupt, KeyError, ValueError) as e:
+    _warn(str(e) if isinstance(e, Corrupt) else f"malformed manifest ({e!r})")
+    store.remove(key)
+  yield from _compute(model, tokens, kept, done, store, key)
+
+
+def _compute(model, tokens, kept, done, store, key):
+  """Runs the forward over every layer, writes the entry, yields the kept layers not done."""
+  from limits import models
+
+  try:
+    writer = store.writer(key)
+  except OSError as e:
+    print(f"warning: records cache: cannot write under {store.root} ({e}); not cached",
+          file=sys.stderr, flush=True)
+    writer = None
+  committed = False
+  try:
+    for i, rec in models.iter_layers(model.params, tokens, model.config):
+      arrays = {f: np.asarray(getattr(rec, f)) for f in FIELDS}
+      del rec
+      if writer is not None:
+        try:
+          writer.add(i, arrays)
+        except OSError as e:
+          print(f"warning: records cache: write failed ({e}); not cached", file=sys.stderr,
+                flush=True)
+          writer.abort()
+          writer = None
+      if i in kept and i not in done:
+        yield i, _record(arrays)
+    if writer is not None:
+      try:
+        writer.commit(model.config.n_layer)
+        committed = True
+      except OSError as e:
+        print(f"warning: records cache: commit failed ({e}); not cached", file=sys.stderr,
+              flush=True)
+  finally:
+    if writer is not None and not committed:
+      writer.abort()

@@ -1,0 +1,142 @@
+"""On-disk entries of per-layer records: one folder per window key, float32 files memory-mapped.
+
+Layout of an entry ``ROOT/<digest>/``: ``manifest.json`` (the full key, the number of layers,
+and per layer and field its shape, dtype and CRC-32) and one raw little-endian file
+``<layer>.<field>.bin`` per layer and field. An entry is written in a private temporary folder
+and renamed into place only when every layer is written (a crash or an interrupted step
+leaves no entry, only a ``*.tmp-*`` folder that later writers ignore), so a reader sees a
+complete entry or none. Reading checks that the manifest's key equals the asked key
+(never a foreign or stale entry), every file's size (a truncated file), and the CRC-32 of each
+field it returns (a corrupt file): any mismatch raises :class:`Corrupt`, never a wrong number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+import zlib
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from limits.records.key import digest
+
+FIELDS = ("q", "k", "v", "scores", "weights", "x")  # limits.models.AttnRecord's fields
+MANIFEST = "manifest.json"
+
+
+class Corrupt(Exception):
+  """An entry that exists but cannot be trusted (truncated, corrupt or foreign)."""
+
+
+def _crc(a: np.ndarray) -> int:
+  return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
+
+
+def _file(folder: Path, layer: int, field: str) -> Path:
+  return folder / f"{layer:03d}.{field}.bin"
+
+
+class Entry:
+  """A complete entry on disk, its manifest checked against ``key``."""
+
+  def __init__(self, folder: Path, key: Mapping[str, Any]):
+    self.folder = folder
+    try:
+      man = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+      raise Corrupt(f"{folder / MANIFEST}: unreadable ({e})") from None
+    if not isinstance(man, dict) or man.get("key") != dict(key):
+      raise Corrupt(f"{folder}: its key is not this window's (stale or foreign entry)")
+    self.n_layer = int(man["n_layer"])
+    self.layers: dict[str, dict] = man["layers"]
+    for layer, meta in self.layers.items():  # a truncated or extended file: size mismatch
+      for field, m in meta.items():
+        want = int(np.prod(m["shape"])) * np.dtype(m["dtype"]).itemsize
+        path = _file(folder, int(layer), field)
+        try:
+          size = path.stat().st_size
+        except OSError:
+          raise Corrupt(f"{path}: missing") from None
+        if size != want:
+          raise Corrupt(f"{path}: {size} bytes, the manifest says {want} (truncated?)")
+
+  def read(self, layer: int, fields: Sequence[str]) -> dict[str, np.ndarray]:
+    """``{field: read-only memory-mapped array}`` for one layer, each CRC-checked."""
+    out = {}
+    for field in fields:
+      m = self.layers[str(layer)][field]
+      path = _file(self.folder, layer, field)
+      try:
+        a = np.asarray(np.memmap(path, dtype=np.dtype(m["dtype"]), mode="r",
+                                 shape=tuple(m["shape"])))
+      except (OSError, ValueError) as e:
+        raise Corrupt(f"{path}: cannot be mapped ({e})") from None
+      if _crc(a) != int(m["crc32"]):
+        raise Corrupt(f"{path}: checksum mismatch (corrupt file)")
+      out[field] = a
+    return out
+
+
+class Writer:
+  """Writes one entry into a private temporary folder; :meth:`commit` renames it into place."""
+
+  def __init__(self, root: Path, key: Mapping[str, Any]):
+    self.key = dict(key)
+    self.final = root / digest(self.key)
+    self.tmp = root / f"{self.final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    self.tmp.mkdir(parents=True)
+    self.layers: dict[str, dict] = {}
+
+  def add(self, layer: int, arrays: Mapping[str, np.ndarray]) -> None:
+    meta = {}
+    for field, a in arrays.items():
+      a = np.ascontiguousarray(a)
+      with open(_file(self.tmp, layer, field), "wb") as f:
+        f.write(memoryview(a).cast("B"))
+      meta[field] = {"shape": list(a.shape), "dtype": a.dtype.str, "crc32": _crc(a)}
+    self.layers[str(layer)] = meta
+
+  def commit(self, n_layer: int) -> None:
+    man = {"key": self.key, "n_layer": int(n_layer), "layers": self.layers}
+    (self.tmp / MANIFEST).write_text(json.dumps(man), encoding="utf-8")
+    try:
+      os.rename(self.tmp, self.final)
+    except OSError:  # another process committed the same entry first (or a broken one is there)
+      if self.final.exists():
+        try:
+          Entry(self.final, self.key)
+        except Corrupt:
+          shutil.rmtree(self.final, ignore_errors=True)
+          os.rename(self.tmp, self.final)
+          return
+      self.abort()
+
+  def abort(self) -> None:
+    shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class RecordStore:
+  """Entries under ``root`` (created on first write)."""
+
+  def __init__(self, root):
+    self.root = Path(root)
+
+  def __repr__(self) -> str:
+    return f"RecordStore({str(self.root)!r})"
+
+  def open(self, key: Mapping[str, Any]) -> Entry | None:
+    """The checked entry of ``key``, None if there is none; :class:`Corrupt` if it is bad."""
+    folder = self.root / digest(dict(key))
+    if not folder.is_dir():
+      return None
+    return Entry(folder, key)
+
+  def remove(self, key: Mapping[str, Any]) -> None:
+    shutil.rmtree(self.root / digest(dict(key)), ignore_errors=True)
+
+  def writer(self, key: Mapping[str, Any]) -> Writer:
+    return Writer(self.root, key)

@@ -48,6 +48,9 @@ def test_quick_end_to_end_and_resume(model_dir, tmp_path):
   assert [r["id"] for r in rows] == [c.id for c in claims.CLAIMS]
   assert set(steps) == set(rp.STEP_NAMES)
   assert all(s["status"] == "ok" for s in steps.values()), steps
+  # The steps shared their records through OUT/records (limits.records), removed after success.
+  assert not (out / "records").exists()
+  assert not any("records cache" in (out / n / "log.txt").read_text() for n in steps)
   for r in rows:
     assert r["verdict"] in VERDICTS, r
     if r["verdict"] in (claims.HOLDS, claims.FAILS):

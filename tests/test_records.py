@@ -1,0 +1,246 @@
+"""limits.records: one forward per window shared through a disk cache that is never wrong.
+
+Checks: records from the cache equal the forward's bit for bit (both the computing call and a
+later call that reads the files); a second call runs no forward; changing any part of the key
+(tokens, the model file's mtime, the code version, JAX's x64 setting) recomputes; a corrupt
+file, a truncated file, a foreign entry (another key's manifest) and an unreadable manifest are
+each detected and recomputed with one warning line, with the forward's numbers; an abandoned
+iteration leaves no entry; the persistent compilation cache's switch and folder; the runner
+gives its steps OUT/records and removes it only when every step succeeded.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from limits import models, records, reproduction_runner, sources
+from limits.gpt2.testing import make_random_model_dir
+from limits.records import key as key_lib
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+  path = make_random_model_dir(tmp_path_factory.mktemp("rec") / "model", n_layer=3, n_head=2,
+                               n_embd=16, n_positions=64, vocab_size=300, seed=5)
+  return sources.load_model(str(path))
+
+
+@pytest.fixture
+def counted(monkeypatch):
+  """Counts the forwards ``limits.records`` runs (calls of limits.models.iter_layers)."""
+  calls = []
+  real = models.iter_layers
+
+  def counting(*a, **k):
+    calls.append(1)
+    return real(*a, **k)
+
+  monkeypatch.setattr(models, "iter_layers", counting)
+  return calls
+
+
+TOK = (np.arange(48, dtype=np.int32)[None] * 7) % 300
+
+
+def reference(model, tok=TOK):
+  return {i: {f: np.asarray(getattr(r, f)) for f in records.FIELDS}
+          for i, r in models.iter_layers(model.params, tok, model.config)}
+
+
+def collect(model, store, tok=TOK, **kw):
+  return {i: {f: getattr(r, f) for f in kw.get("fields", records.FIELDS)}
+          for i, r in records.iter_layers(model, tok, store=store, **kw)}
+
+
+def assert_same(got, ref):
+  assert sorted(got) == sorted(ref)
+  for i in got:
+    for f, a in got[i].items():
+      assert a.dtype == ref[i][f].dtype and np.array_equal(a, ref[i][f]), (i, f)
+
+
+def test_cache_equals_forward_bitwise_and_runs_one_forward(model, tmp_path, counted):
+  ref = reference(model)
+  counted.clear()
+  store = records.RecordStore(tmp_path)
+  assert_same(collect(model, store), ref)  # computed (and written)
+  assert len(counted) == 1
+  got = collect(model, store, fields=("weights", "v"))  # read back, memory-mapped
+  assert len(counted) == 1  # no second forward
+  assert_same(got, ref)
+  assert ref[0]["weights"].dtype == np.float32
+  some = list(records.iter_layers(model, TOK, store=store, fields=("scores",), layers=[-1]))
+  assert [i for i, _ in some] == [2] and some[0][1].weights is None
+  assert np.array_equal(some[0][1].scores, ref[2]["scores"])
+
+
+def test_no_store_is_the_plain_forward(model, counted):
+  assert_same(collect(model, None), reference(model))
+
+
+def _entry(store):
+  (folder,) = [p for p in store.root.iterdir() if p.is_dir()]
+  return folder
+
+
+@pytest.mark.parametrize("change", ["tokens", "mtime", "code", "x64"])
+def test_any_change_of_the_key_recomputes(model, tmp_path, counted, monkeypatch, change):
+  store = records.RecordStore(tmp_path / "store")
+  collect(model, store)
+  collect(model, store)
+  assert len(counted) == 1
+  tok = TOK
+  if change == "tokens":
+    tok = TOK.copy()
+    tok[0, -1] += 1  # one token of the window
+  elif change == "mtime":
+    st = os.stat(model.path / "model.safetensors")
+    os.utime(model.path / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+  elif change == "code":
+    monkeypatch.setattr(key_lib, "code_version", lambda: "another version")
+  x64 = jax.config.jax_enable_x64 != (change == "x64")
+  try:
+    with jax.enable_x64(x64):
+      assert_same(collect(model, store, tok), reference(model, tok))
+  finally:
+    if change == "mtime":
+      os.utime(model.path / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
+  assert len(counted) == 3  # the recompute (the reference is the third forward)
+  assert len([p for p in store.root.iterdir() if p.is_dir()]) == 2  # a second entry
+
+
+def _flip_byte(path):
+  data = bytearray(path.read_bytes())
+  data[len(data) // 2] ^= 0x40
+  path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+  data = path.read_bytes()
+  path.write_bytes(data[:-4])
+
+
+def _foreign(folder):
+  man = json.loads((folder / "manifest.json").read_text())
+  man["key"]["tokens_sha256"] = "0" * 64  # another window's entry under this window's name
+  (folder / "manifest.json").write_text(json.dumps(man))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign", "manifest"])
+def test_damaged_entry_is_recomputed_never_read(model, tmp_path, counted, capfd, damage):
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  collect(model, store)
+  folder = _entry(store)
+  target = folder / "001.weights.bin"
+  if damage == "flip":
+    _flip_byte(target)
+  elif damage == "truncate":
+    _truncate(target)
+  elif damage == "foreign":
+    _foreign(folder)
+  else:
+    (folder / "manifest.json").write_text("{not json")
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights", "x")), ref)
+  assert len(counted) == 1  # recomputed once
+  err = capfd.readouterr().err
+  assert err.count("warning: records cache:") == 1, err
+  assert {"flip": "checksum", "truncate": "truncated", "foreign": "stale or foreign",
+          "manifest": "unreadable"}[damage] in err
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights",)), ref)  # the entry was rewritten
+  assert counted == []
+
+
+def test_undamaged_field_is_still_read_when_another_is_corrupt(model, tmp_path, counted):
+  """CRC-32 is checked per field read: a corrupt q does not stop a reader of the weights."""
+  store = records.RecordStore(tmp_path)
+  collect(model, store)
+  _flip_byte(_entry(store) / "001.q.bin")
+  counted.clear()
+  collect(model, store, fields=("weights",))
+  assert counted == []
+  collect(model, store, fields=("q",))  # the reader of q sees the damage and recomputes
+  assert len(counted) == 1
+
+
+def test_abandoned_iteration_leaves_no_entry(model, tmp_path):
+  store = records.RecordStore(tmp_path)
+  it = records.iter_layers(model, TOK, store=store)
+  next(it)
+  it.close()
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_store_from_env(monkeypatch, tmp_path):
+  monkeypatch.delenv(records.ENV_DIR, raising=False)
+  assert records.store_from_env() is None
+  monkeypatch.setenv(records.ENV_DIR, "off")
+  assert records.store_from_env() is None
+  monkeypatch.setenv(records.ENV_DIR, str(tmp_path))
+  assert records.store_from_env().root == tmp_path
+  with records.session_store() as st:
+    assert st.root == tmp_path
+  monkeypatch.delenv(records.ENV_DIR)
+  with records.session_store() as st:
+    kept = st.root
+    assert kept.is_dir()
+  assert not kept.exists()
+
+
+def test_compilation_cache_folder_and_opt_out(monkeypatch, tmp_path):
+  from limits.records import compilation
+
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+  monkeypatch.delenv(compilation.ENV, raising=False)
+  assert compilation.cache_dir() == tmp_path / "limits" / "jax-compilation"
+  monkeypatch.setenv(compilation.ENV, str(tmp_path / "mine"))
+  assert compilation.cache_dir() == tmp_path / "mine"
+  for off in ("off", "0"):
+    monkeypatch.setenv(compilation.ENV, off)
+    assert compilation.cache_dir() is None
+  # A folder the environment already chose (the tests' own) is left alone: nothing changes.
+  assert os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  before = jax.config.jax_compilation_cache_dir
+  monkeypatch.delenv(compilation.ENV)
+  assert compilation.enable() is None and jax.config.jax_compilation_cache_dir == before
+
+
+def test_compilation_cache_is_written_by_a_cli_process(tmp_path):
+  """In a fresh process (as a CLI entry): JAX picks the folder up and writes a program there."""
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("JAX_COMPILATION", "JAX_PERSISTENT", "LIMITS_COMPILE"))}
+  env["XDG_CACHE_HOME"] = str(tmp_path)
+  code = ("from limits.records import compilation as c; f = c.enable(); import jax, "
+          "jax.numpy as jnp; jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready(); "
+          "print(f, jax.config.jax_compilation_cache_dir)")
+  p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                     cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     timeout=300)
+  assert p.returncode == 0, p.stderr
+  want = tmp_path / "limits" / "jax-compilation"
+  assert p.stdout.split() == [str(want), str(want)]
+  assert any(want.iterdir())  # the compiled program was written
+
+
+def test_runner_gives_steps_out_records_and_removes_it_only_after_success(tmp_path,
+                                                                           monkeypatch):
+  monkeypatch.delenv(records.ENV_DIR, raising=False)
+  env = reproduction_runner.records_env(tmp_path)
+  assert env[records.ENV_DIR] == str(tmp_path / "records")
+  monkeypatch.setenv(records.ENV_DIR, "off")
+  assert reproduction_runner.records_env(tmp_path)[records.ENV_DIR] == "off"
+  (tmp_path / "records" / "x").mkdir(parents=True)
+  reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"},
+                                                "b": {"status": "failed"}})
+  assert (tmp_path / "records").is_dir()  # kept for the rerun
+  reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"}})
+  assert not (tmp_path / "records").exists()
+  shutil.rmtree(tmp_path, ignore_errors=True)

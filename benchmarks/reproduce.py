@@ -1,8 +1,16 @@
-r"""The whole reproduction (``experiments.reproduce``), step by step, ours against a reference
-revision of this repository, alternating in one driver process, with the verdicts compared.
+r"""The whole reproduction (``experiments.reproduce``), step by step, against its floor, and
+ours against a reference revision of this repository, alternating in one driver process, with
+the verdicts compared.
 
-  python -m benchmarks.reproduce [--model=tiny|smollm2|DIR] [--quick] [--only=gradient,...]
-      [--reference_rev=GIT_REV] [--pairs=1] [--out=report.json]
+  python -m benchmarks.reproduce [--model=tiny|smollm2|DIR] [--quick] [--windows=N]
+      [--only=gradient,...] [--reference_rev=GIT_REV] [--pairs=1] [--out=report.json]
+
+Paper settings are the default; ``--quick`` the small grids; ``--windows=1`` is the paper's
+grids on 1 of its 4 windows (a quarter of the paper settings' work). At the start the driver
+measures float32 GEMM, elementwise and sort rates (``benchmarks.work.measure_rates``) and
+the machine's load; per step it prints wall seconds, the work the step has to do (forward and
+statistics GFLOP, elements, sorted entries: ``benchmarks.work.step_work``), the floor those
+rates give and the ratio wall / floor.
 
 Each side runs ``python -m experiments.reproduce`` in a subprocess with the same flags into its
 own folder; the reference runs from a ``git archive`` of ``--reference_rev`` unpacked in a
@@ -25,13 +33,19 @@ from pathlib import Path
 
 from absl import app, flags
 
+from benchmarks import work
+
 flags.DEFINE_string("model", "tiny", "Model spec passed to experiments.reproduce.")
 flags.DEFINE_bool("quick", False, "Pass --quick (small grids).")
+flags.DEFINE_integer("windows", None, "Pass --windows (default: the reproduction's, 1 quick, "
+                     "4 paper).")
 flags.DEFINE_string("only", "", "Comma-separated step names (default every step).")
 flags.DEFINE_string("reference_rev", "", "Git revision to time as the reference (e.g. the "
                     "commit before the speed work); empty = ours only.")
 flags.DEFINE_integer("pairs", 1, "Alternating (reference, ours) runs.")
 flags.DEFINE_string("out", None, "Write the JSON report here too.")
+flags.DEFINE_string("runs_dir", None, "Keep each run's output folder here (ours0, ref0, ...; "
+                    "e.g. for experiments.compare); default a temporary folder.")
 FLAGS = flags.FLAGS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +66,8 @@ def _run(tree: Path, out: Path) -> dict:
           f"--out_dir={out}", "--noresume"]
   if FLAGS.quick:
     args.append("--quick")
+  if FLAGS.windows:
+    args.append(f"--windows={FLAGS.windows}")
   if FLAGS.only:
     args.append(f"--only={FLAGS.only}")
   env = dict(os.environ, PYTHONPATH=str(tree))
@@ -70,32 +86,84 @@ def _run(tree: Path, out: Path) -> dict:
   return res
 
 
+def _work_rows(rates) -> dict[str, dict]:
+  """Per step (in run order): the work of ``benchmarks.work.step_work`` and its floor."""
+  from limits import reproduction as rp
+  from limits import sources
+
+  config = sources.model_config(FLAGS.model)
+  settings = rp.Settings(model=FLAGS.model, quick=FLAGS.quick, seed=0, windows=FLAGS.windows,
+                         data_dir=None, text=None)
+  only = [x for x in FLAGS.only.split(",") if x]
+  seen: set = set()
+  rows = {}
+  for step in rp.STEPS:
+    if only and step.name not in only:
+      continue
+    w = work.step_work(step.name, rp.step_overrides(step, settings, config.n_positions),
+                       config, seen)
+    rows[step.name] = None if w is None else {**w, "floor_s": work.floor_seconds(w, rates)}
+  return rows
+
+
+def _load() -> str:
+  return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) + f" ({os.cpu_count()} CPUs)"
+
+
 def main(argv):
   del argv
+  load_start = _load()
+  rates = work.measure_rates()
+  print(f"{load_start}; rates: GEMM {rates['gemm_flop_s'] / 1e9:.1f} GFLOP/s, elementwise "
+        f"{rates['elementwise_s'] / 1e9:.2f} Gelem/s, sort {rates['sort_s'] / 1e6:.0f} Melem/s "
+        "(float32, measured now)", flush=True)
+  works = _work_rows(rates)
   runs = {"ours": [], "reference": []}
   with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
     tmp = Path(tmp)
+    keep = Path(FLAGS.runs_dir) if FLAGS.runs_dir else tmp
     ref_tree = _export(FLAGS.reference_rev, tmp / "ref") if FLAGS.reference_rev else None
     for i in range(FLAGS.pairs):
       if ref_tree is not None:
-        runs["reference"].append(_run(ref_tree, tmp / f"ref_out{i}"))
-      runs["ours"].append(_run(REPO, tmp / f"ours_out{i}"))
-  report = {"model": FLAGS.model, "quick": FLAGS.quick, "reference_rev": FLAGS.reference_rev,
-            "pairs": FLAGS.pairs, "runs": runs, "steps": {}}
+        runs["reference"].append(_run(ref_tree, keep / f"ref{i}"))
+        print(f"reference run {i}: {runs['reference'][-1]['wall_s']:.0f} s", flush=True)
+      runs["ours"].append(_run(REPO, keep / f"ours{i}"))
+      print(f"our run {i}: {runs['ours'][-1]['wall_s']:.0f} s", flush=True)
+  report = {"model": FLAGS.model, "quick": FLAGS.quick, "windows": FLAGS.windows,
+            "reference_rev": FLAGS.reference_rev, "pairs": FLAGS.pairs, "runs": runs,
+            "rates": rates, "load_start": load_start, "load_end": _load(), "steps": {}}
   names = list(runs["ours"][0]["steps"]) if runs["ours"] else []
+  print(f"{'step':34s} {'ours s':>8s} {'ref s':>8s} {'ref/ours':>8s} {'fwd GF':>8s} "
+        f"{'stat GF':>8s} {'Gelem':>7s} {'Msort':>7s} {'floor s':>8s} {'ours/fl':>7s} "
+        f"{'ref/fl':>7s}")
   for name in names:
     o = [r["steps"].get(name) for r in runs["ours"] if r["steps"].get(name) is not None]
     f = [r["steps"].get(name) for r in runs["reference"] if r["steps"].get(name) is not None]
     row = {"ours_s": statistics.median(o) if o else None,
            "reference_s": statistics.median(f) if f else None,
-           "paper_min": PAPER_MIN.get(name)}
+           "paper_min": PAPER_MIN.get(name), "work": works.get(name)}
     if row["ours_s"] and row["reference_s"]:
       row["ratio"] = row["reference_s"] / row["ours_s"]
+    wk = row["work"]
+    if wk and wk["floor_s"] > 0:
+      row["ours_over_floor"] = row["ours_s"] / wk["floor_s"] if row["ours_s"] else None
+      row["reference_over_floor"] = (row["reference_s"] / wk["floor_s"]
+                                     if row["reference_s"] else None)
     report["steps"][name] = row
-    ratio = f", ratio {row['ratio']:.1f}x" if "ratio" in row else ""
-    ref = f"reference {row['reference_s']:.1f} s, " if row["reference_s"] else ""
-    paper = f" (paper: {row['paper_min']} min)" if row["paper_min"] else ""
-    print(f"{name}: {ref}ours {row['ours_s'] or float('nan'):.1f} s{ratio}{paper}")
+    fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+    cols = [fmt(row["ours_s"], "8.1f"), fmt(row["reference_s"], "8.1f"),
+            fmt(row.get("ratio"), "8.2f")]
+    if wk:
+      cols += [fmt(wk["forward_flop"] / 1e9, "8.1f"), fmt(wk["flop"] / 1e9, "8.1f"),
+               fmt(wk["elements"] / 1e9, "7.3f"), fmt(wk["sort_elements"] / 1e6, "7.1f"),
+               fmt(wk["floor_s"], "8.2f"), fmt(row.get("ours_over_floor"), "7.1f"),
+               fmt(row.get("reference_over_floor"), "7.1f")]
+    else:
+      cols += ["-"] * 7
+    paper = f"  (paper: {row['paper_min']} min)" if row["paper_min"] else ""
+    print(f"{name:34s} " + " ".join(f"{c:>8s}" if i < 6 else f"{c:>7s}"
+                                     for i, c in enumerate(cols)) + paper)
+  print(f"load at start: {load_start}; at end: {report['load_end']}")
   wo = statistics.median(r["wall_s"] for r in runs["ours"])
   print(f"total wall: ours {wo:.0f} s" + (
       f", reference {statistics.median(r['wall_s'] for r in runs['reference']):.0f} s"

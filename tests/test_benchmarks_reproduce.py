@@ -1,0 +1,86 @@
+"""benchmarks.work (the reproduction's work model and floor) and benchmarks.accelerator's budgeted
+run and per-step table: fast, no reproduction is run.
+
+Checks: one forward's FLOP against the GPT-2 closed form n_layer·(24·D² + 4·L·D)·L and, for a
+Llama block, against the weights counted in an initialised parameter tree; a (window, L)
+forward is charged to the first step that needs it only; the floor is the sum of the three
+terms; a budgeted run is sent SIGTERM (not killed) when the budget is spent; the table's
+ratio is wall / floor and a step without a model has no floor.
+"""
+
+import json
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from benchmarks import accelerator, work
+from limits import gpt2
+from limits import reproduction as rp
+from limits.models import llama
+
+
+def test_forward_flop_gpt2_closed_form():
+  c = gpt2.Config()  # GPT-2 124M
+  for L in (32, 1024):
+    want = c.n_layer * (24 * c.n_embd ** 2 + 4 * L * c.n_embd) * L
+    assert work.forward_flop(c, L) == pytest.approx(want, rel=1e-12)
+
+
+def test_layer_params_llama_counts_the_block_weights():
+  c = llama.Config(n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_mlp=48, n_positions=64,
+                   vocab_size=100)
+  params = llama.init_params(jax.random.key(0), c)
+  layers = params["layers"] if "layers" in params else params["model"]["layers"]
+  mats = [a for a in jax.tree.leaves(layers) if a.ndim == 3]  # (n_layer, in, out) matrices
+  assert sum(int(np.prod(a.shape[1:])) for a in mats) == work.layer_params(c)
+
+
+def test_forward_charged_once_per_window_and_length():
+  c = gpt2.Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=300)
+  seen = set()
+  first = work.step_work("vanishing", {"model": "m", "windows": 2, "lengths": "32,64"}, c, seen)
+  again = work.step_work("distance_vary_length", {"model": "m", "windows": 2,
+                                                  "lengths": "32,64", "ns": "5"}, c, seen)
+  more = work.step_work("distance_vary_n", {"model": "m", "windows": 3, "lengths": "64"}, c,
+                        seen)
+  assert first["forward_flop"] == 2 * (work.forward_flop(c, 32) + work.forward_flop(c, 64))
+  assert again["forward_flop"] == 0 and again["flop"] > 0 and again["sort_elements"] > 0
+  assert more["forward_flop"] == work.forward_flop(c, 64)  # only the third window is new
+  assert work.step_work("separability_sphere", {"length": 64}, c, set()) is None
+
+
+def test_floor_is_the_sum_of_the_three_terms():
+  w = {"forward_flop": 4e9, "flop": 6e9, "elements": 3e9, "sort_elements": 2e6}
+  rates = {"gemm_flop_s": 10e9, "elementwise_s": 1e9, "sort_s": 1e6}
+  assert work.floor_seconds(w, rates) == pytest.approx(1.0 + 3.0 + 2.0)
+
+
+def test_budgeted_run_gets_sigterm_when_the_budget_is_spent(tmp_path):
+  mark = tmp_path / "got_sigterm"
+  code = ("import signal, sys, time\n"
+          f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').close(), "
+          "sys.exit(143)))\n"
+          "print('ready', flush=True)\n"
+          "time.sleep(60)\n")
+  rc, wall = accelerator.run_budgeted([sys.executable, "-c", code], 3.0, tmp_path / "log")
+  assert rc == 143 and mark.exists() and wall < 30
+  rc, wall = accelerator.run_budgeted([sys.executable, "-c", "print(1)"], 30.0, tmp_path / "l2")
+  assert rc == 0 and wall < 30
+
+
+def test_step_table_ratio_is_wall_over_floor(tmp_path):
+  steps = {"vanishing": {"status": "ok", "seconds": 12.0},
+           "gradient_synthetic": {"status": "ok", "seconds": 3.0},
+           "distance_vary_n": {"status": "interrupted", "seconds": None}}
+  (tmp_path / "results.json").write_text(json.dumps({"results": {"steps": steps}}))
+  rates = {"gemm_flop_s": 1e9, "elementwise_s": 1e8, "sort_s": 1e7}
+  rows, table = accelerator.step_table(tmp_path, "tiny", True, rates)
+  assert list(rows) == list(rp.STEP_NAMES)
+  van = rows["vanishing"]
+  assert van["floor_s"] > 0 and van["ratio"] == pytest.approx(12.0 / van["floor_s"])
+  assert rows["gradient_synthetic"]["floor_s"] is None  # no model: no floor
+  assert rows["distance_vary_n"]["status"] == "interrupted" and rows["distance_vary_n"]["ratio"] is None
+  assert rows["separability_model"]["status"] == "not reached"
+  assert table.count("\n") == len(rp.STEP_NAMES) + 2

@@ -244,3 +244,10 @@ def test_runner_gives_steps_out_records_and_removes_it_only_after_success(tmp_pa
   reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"}})
   assert not (tmp_path / "records").exists()
   shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_unwritable_store_still_gives_the_forward(model, tmp_path, capfd):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a folder")
+  assert_same(collect(model, records.RecordStore(blocker / "store")), reference(model))
+  assert "cannot write" in capfd.readouterr().err

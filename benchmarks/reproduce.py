@@ -44,6 +44,8 @@ flags.DEFINE_string("reference_rev", "", "Git revision to time as the reference 
                     "commit before the speed work); empty = ours only.")
 flags.DEFINE_integer("pairs", 1, "Alternating (reference, ours) runs.")
 flags.DEFINE_string("out", None, "Write the JSON report here too.")
+flags.DEFINE_bool("reuse", False, "Run nothing: tabulate the finished runs already in "
+                  "--runs_dir (ours0, ref0, ...), with rates measured now.")
 flags.DEFINE_string("runs_dir", None, "Keep each run's output folder here (ours0, ref0, ...; "
                     "e.g. for experiments.compare); default a temporary folder.")
 FLAGS = flags.FLAGS
@@ -74,12 +76,19 @@ def _run(tree: Path, out: Path) -> dict:
   t0 = time.perf_counter()
   r = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True)
   wall = time.perf_counter() - t0
-  res = {"wall_s": wall, "exit": r.returncode, "steps": {}, "verdicts": {}}
+  return _read_run(out, wall, r.returncode, r.stderr)
+
+
+def _read_run(out: Path, wall, code, stderr="") -> dict:
+  """Step seconds and claim verdicts of a finished reproduction in ``out``."""
+  res = {"wall_s": wall, "exit": code, "steps": {}, "verdicts": {}}
   try:
     data = json.loads((out / "results.json").read_text())["results"]
   except (OSError, ValueError, KeyError) as e:
-    res["error"] = f"{e}; stderr: {r.stderr[-500:]}"
+    res["error"] = f"{e}; stderr: {stderr[-500:]}"
     return res
+  if res["wall_s"] is None:
+    res["wall_s"] = data.get("seconds")
   res["steps"] = {n: st.get("seconds") for n, st in data.get("steps", {}).items()}
   for row in data.get("claims", []):
     res["verdicts"][row.get("id") or row.get("ref", "?")] = row.get("verdict")
@@ -122,8 +131,13 @@ def main(argv):
   with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
     tmp = Path(tmp)
     keep = Path(FLAGS.runs_dir) if FLAGS.runs_dir else tmp
-    ref_tree = _export(FLAGS.reference_rev, tmp / "ref") if FLAGS.reference_rev else None
-    for i in range(FLAGS.pairs):
+    ref_tree = (_export(FLAGS.reference_rev, tmp / "ref")
+                if FLAGS.reference_rev and not FLAGS.reuse else None)
+    for i in range(FLAGS.pairs if FLAGS.reuse else 0):
+      for side, prefix in (("reference", "ref"), ("ours", "ours")):
+        if (keep / f"{prefix}{i}" / "results.json").exists():
+          runs[side].append(_read_run(keep / f"{prefix}{i}", None, 0))
+    for i in range(0 if FLAGS.reuse else FLAGS.pairs):
       if ref_tree is not None:
         runs["reference"].append(_run(ref_tree, keep / f"ref{i}"))
         print(f"reference run {i}: {runs['reference'][-1]['wall_s']:.0f} s", flush=True)
@@ -164,6 +178,9 @@ def main(argv):
     print(f"{name:34s} " + " ".join(f"{c:>8s}" if i < 6 else f"{c:>7s}"
                                      for i, c in enumerate(cols)) + paper)
   print(f"load at start: {load_start}; at end: {report['load_end']}")
+  if not runs["ours"]:
+    print("no finished run of ours to report")
+    return
   wo = statistics.median(r["wall_s"] for r in runs["ours"])
   print(f"total wall: ours {wo:.0f} s" + (
       f", reference {statistics.median(r['wall_s'] for r in runs['reference']):.0f} s"

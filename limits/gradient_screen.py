@@ -133,8 +133,7 @@ def _screen_chunk(l, m, T, *, dtype):
 
 
 def _gather(rows, mask, idx, width, dtype):
-  import jax.numpy as jnp
-
+  """Rows ``idx`` cut to their first ``width`` keys, cast to ``dtype``: (B, w), (B, w)."""
   return rows[idx, :width].astype(dtype), mask[idx, :width]
 
 

@@ -185,13 +185,9 @@ def softmax_norms(logits, temperatures, mask=None, *, block_elems: int = 1 << 22
 
 def _span_buckets(mask, min_width: int = 128):
   """Groups rows by visible span (last visible index + 1) rounded up to a power of two."""
-  m = np.asarray(mask, bool)
-  L = m.shape[-1]
-  last = np.where(m.any(-1), L - np.argmax(m[:, ::-1], axis=-1), 1)  # (R,)
-  width = np.minimum(L, np.maximum(min_width, 2 ** np.ceil(np.log2(np.maximum(last, 1)))))
-  width = width.astype(int)
-  for w in np.unique(width):
-    yield np.nonzero(width == w)[0], int(w)
+  from limits import gradient_screen
+
+  yield from gradient_screen.span_groups(mask, min_width)
 
 
 def fd_batch(norm_fn, logits, mask, temperatures, epsilons, key, *,

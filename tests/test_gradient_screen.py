@@ -166,6 +166,7 @@ def test_screen_decisions_equal_all_newton_on_adversarial_and_threshold_rows():
     assert got["newton"].sum() < l.shape[0] * Ts.size  # the bracket decided the rest
 
 
+@pytest.mark.slow  # ~25 s idle (93 s at load 20): the reference is Newton on every pair
 def test_screen_decisions_equal_all_float64_on_the_embedded_model():
   """Every (layer, head, query) row of the embedded model at L = 64, 26 temperatures: the
   float32 screen + float64 Newton gives the counts of the all-float64 Newton path, and the

@@ -41,6 +41,7 @@ flags.DEFINE_integer("t_batch", 8, "Temperatures per batch (the experiment's --t
 flags.DEFINE_integer("fd_rows", 256, "Sampled rows per (layer, head) for g(T, eps).")
 flags.DEFINE_integer("pairs", 2, "Alternating (reference, ours) pairs per part.")
 flags.DEFINE_integer("seed", 0, "Seed for the sample and directions.")
+flags.DEFINE_list("parts", ["rows", "g", "cex"], "Parts to time: rows, g, cex.")
 FLAGS = flags.FLAGS
 
 
@@ -89,11 +90,8 @@ def main(argv):
   del argv
   cli.setup_precision(True)
   import jax
-  import jax.numpy as jnp
 
-  from benchmarks import common
-  from limits import (gradient, gradient_rows, gradient_screen, normalizers, sensitivity,
-                      sources)
+  from limits import gradient, sources
 
   model = sources.load_model(FLAGS.model)
   n_layer = model.config.n_layer
@@ -107,13 +105,35 @@ def main(argv):
   rtol = 100 * np.finfo(np.float64).eps
   rates = _rates()
   n_batches = -(-26 // FLAGS.t_batch)
-  vis = int(mask.sum())
-  print(f"gradient step: {FLAGS.model} layers {layers} L={L}: {R} rows, {vis} visible entries; "
-        f"{Ts.size} temperatures per batch ({n_batches} batches for the paper grid); rates "
+  print(f"gradient step: {FLAGS.model} layers {layers} L={L}: {R} rows, {int(mask.sum())} "
+        f"visible entries; {Ts.size} temperatures per batch ({n_batches} batches for the paper grid); rates "
         f"exp+sum {rates['float32'] / 1e9:.2f} Gelem/s f32, {rates['float64'] / 1e9:.2f} f64; "
         f"device {jax.devices()[0]}", flush=True)
 
-  # all rows
+  zero = {"ref_median_s": 0.0, "ours_median_s": 0.0}
+  a = b = c = zero
+  floor_a = floor_b = 0.0
+  if "rows" in FLAGS.parts:
+    a, floor_a = _part_rows(rows, rows64, mask, Ts, rtol, rates)
+  if "g" in FLAGS.parts:
+    b, floor_b = _part_g(model, rows, rows64, mask, meta, Ts, eps, rates)
+  if "cex" in FLAGS.parts:
+    c = _part_cex(L, Ts, rtol)
+  ref_total = n_batches * (a["ref_median_s"] + b["ref_median_s"]) + 26 * c["ref_median_s"]
+  ours_total = n_batches * (a["ours_median_s"] + b["ours_median_s"]) + 26 * c["ours_median_s"]
+  floor = n_batches * (floor_a + floor_b)
+  print(f"whole step estimate from parts {','.join(FLAGS.parts)} ({n_batches} batches, 26 T): "
+        f"reference {ref_total:.1f} s, ours {ours_total:.1f} s, ratio "
+        f"{ref_total / max(ours_total, 1e-12):.1f}x; floor {floor:.1f} s, ours/floor "
+        f"{ours_total / max(floor, 1e-12):.1f}x")
+
+
+def _part_rows(rows, rows64, mask, Ts, rtol, rates):
+  from benchmarks import common
+  from limits import gradient_rows, gradient_screen, sensitivity
+
+  R = rows.shape[0]
+  vis = int(mask.sum())
   screen = gradient_screen.Screen(rows, mask, np.float64, rtol)
   ref = lambda: (sensitivity.softmax_norms(rows64, Ts, mask),
                  gradient_rows.lemma2_all_rows(rows64, mask, Ts))
@@ -124,8 +144,15 @@ def main(argv):
   print(common.line("all rows (decisions + max)", a)
         + f"; ours/floor {a['ours_median_s'] / floor_a:.1f}x (floor {floor_a:.2f} s); Newton on "
         f"{int(st['newton'].sum())}/{R * Ts.size} pairs", flush=True)
+  return a, floor_a
 
-  # g(T, eps)
+
+def _part_g(model, rows, rows64, mask, meta, Ts, eps, rates):
+  import jax
+
+  from benchmarks import common
+  from limits import normalizers, sensitivity
+
   groups = np.asarray(meta["layer"]) * model.config.n_head + np.asarray(meta["head"])
   idx = sensitivity.sample_rows(groups, FLAGS.fd_rows, FLAGS.seed)
   key = jax.random.key(FLAGS.seed)
@@ -140,8 +167,16 @@ def main(argv):
   print(common.line(f"g(T, eps) on {idx.size} rows", b)
         + f"; ours/floor {b['ours_median_s'] / floor_b:.1f}x (floor {floor_b:.2f} s); max rel "
         f"diff {diff:.1e}", flush=True)
+  return b, floor_b
 
-  # counterexample at one T
+
+def _part_cex(L, Ts, rtol):
+  import jax
+  import jax.numpy as jnp
+
+  from benchmarks import common
+  from limits import gradient_rows
+
   T = float(Ts[0])
   cl, cm = jax.device_put(jnp.zeros((1, L))), jax.device_put(jnp.arange(L)[None] < 2)
   ref_c = lambda: jax.block_until_ready(gradient_rows._exact_block(
@@ -149,13 +184,7 @@ def main(argv):
   ours_c = lambda: gradient_rows.counterexample(T, 1.0, 1 / (2 * T), rtol, np.float64)
   c = common.alternate(ref_c, ours_c, FLAGS.pairs)
   print(common.line("tied-top-two counterexample, one T", c), flush=True)
-
-  ref_total = n_batches * (a["ref_median_s"] + b["ref_median_s"]) + 26 * c["ref_median_s"]
-  ours_total = n_batches * (a["ours_median_s"] + b["ours_median_s"]) + 26 * c["ours_median_s"]
-  floor = n_batches * (floor_a + floor_b)
-  print(f"whole step estimate ({n_batches} batches, 26 T): reference {ref_total:.1f} s, ours "
-        f"{ours_total:.1f} s, ratio {ref_total / ours_total:.1f}x; floor {floor:.1f} s, ours/"
-        f"floor {ours_total / floor:.1f}x")
+  return c
 
 
 if __name__ == "__main__":

@@ -93,6 +93,9 @@ def main(argv):
 
   from limits import gradient, sources
 
+  if FLAGS.parts == ["cex"]:  # needs no model: one tied-top-two row of length L
+    _part_cex(FLAGS.length, np.asarray(gradient.default_temperatures()), 100 * 2.0 ** -52)
+    return
   model = sources.load_model(FLAGS.model)
   n_layer = model.config.n_layer
   layers = sorted({min(int(x), n_layer - 1) for x in FLAGS.layers.split(",")})

@@ -11,9 +11,12 @@ labels name the options of docs/ambiguities.md) and :func:`run` measures:
   visible positions, on a seeded sample of rows (``fd_rows``) for every ε (mean and max; for the
   model source also the paper's statistic: max over (layer, head) of the token-averaged g);
 - Corollary 3 in the paper's form min{1/(4T), √2} and the tight bound 1/(2T), counting every
-  row whose exact norm exceeds either (softmax only: the bounds are about softmax; every row by
-  the O(L) norm of ``sensitivity.softmax_norms``), Lemma 2's bound on every row, and the
-  tied-top-two counterexample row (α = (½, ½, 0, …), ‖J‖₂ = 1/(2T) exactly).
+  row whose exact norm exceeds either (softmax only: the bounds are about softmax), Lemma 2's
+  bound on every row, and the largest T‖J‖ over every row: decided for every (row, T) by
+  ``gradient_screen.Screen`` (a proved one-pass bracket of the norm, Newton's exact norm only
+  where the bracket cannot decide; the same decisions as the exact norm of every pair), and the
+  tied-top-two counterexample row (α = (½, ½, 0, …), ‖J‖₂ = 1/(2T) exactly: the closed form,
+  with a numeric check on a short row).
 
 Synthetic source: ``rows`` rows of length ``length``, i.i.d. N(0, σ²) with σ = ``logit_scale``
 (:func:`synthetic_rows`, shared with the ``gradient`` sweep kind), all visible. Model source:
@@ -183,7 +186,7 @@ def model_rows(model_spec, length, windows, text, data_dir):
 class Rows:
   """The logit rows of a run and where they came from."""
 
-  rows: np.ndarray  # (R, L) logits in the run's dtype
+  rows: np.ndarray  # (R, L) logits: the run's dtype, or the model's float32 (exact in float64)
   mask: np.ndarray  # (R, L) bool, True = visible
   exact_idx: np.ndarray  # (X,) sorted rows that get exact Jacobians
   groups: np.ndarray | None  # (R,) layer * n_head + head (model source), else None
@@ -206,7 +209,8 @@ def load_rows(p: Plan, k_rows, k_sub) -> Rows:
     source_info["distribution"] = f"iid N(0, {c.logit_scale:g}^2), all visible"
   else:
     model, rows, mask, meta = model_rows(c.model, c.length, c.windows, c.text, c.data_dir)
-    rows = rows.astype(p.dtype)
+    if np.dtype(p.dtype).itemsize < rows.dtype.itemsize:
+      rows = rows.astype(p.dtype)  # float32 rows stay float32: cast per block, exactly
     n_head = model.config.n_head
     layer = np.asarray(meta["layer"])
     groups = layer * n_head + np.asarray(meta["head"])  # (R,)
@@ -231,7 +235,7 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   """
   import jax
 
-  from limits import jacobians, normalizers, sensitivity
+  from limits import gradient_screen, jacobians, normalizers, sensitivity
   from limits.progress import Progress
 
   c, name, params, dtype = p.config, p.normalizer, p.params, p.dtype
@@ -265,7 +269,7 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
               "exact_how": "every row" if len(exact_idx) == rows.shape[0] else
               f"{len(exact_idx)} rows uniform without replacement (from --seed)",
               "closed_form_rows": int(rows.shape[0]) if name == "softmax" else 0}
-  log(f"gradient: g(T, eps) on {fd_idx.size} sampled rows; exact O(L) norm on every row"
+  log(f"gradient: g(T, eps) on {fd_idx.size} sampled rows; every row screened, exact where open"
       if name == "softmax" else f"gradient: g(T, eps) on {fd_idx.size} sampled rows")
   norm_fn = normalizers.get(name, **params)
 
@@ -281,22 +285,24 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
       res.update(gradient_report.findings(summaries, name, epsilons))
     return res
 
-  range_count = row_range_and_count(rows, mask) if name == "softmax" else None
+  # The rows go to the device once; every statistic below runs there (jitted, L2-sized chunks)
+  # and returns per-temperature numbers or the sampled rows' g, never a per-row matrix.
+  rows_dev, mask_dev = jax.device_put(rows), jax.device_put(mask)
+  screen = (gradient_screen.Screen(rows_dev, mask_dev, dtype, dtype_tol["violation_rtol"])
+            if name == "softmax" else None)
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
     for c0 in range(0, len(temps), c.t_batch):
       chunk = temps[c0:c0 + c.t_batch]  # (K,)
-      allnorm = (sensitivity.softmax_norms(rows, chunk, mask) if name == "softmax"
-                 else None)  # (R, K)
-      l2 = lemma2_all_rows(rows, mask, chunk, range_count) if name == "softmax" else None
-      g_all = sensitivity.fd_batch(norm_fn, rows[fd_idx], mask[fd_idx], chunk, epsilons,
-                                   jax.random.fold_in(k_dir, c0))  # (S, K, E)
+      stats = screen.stats(chunk) if screen is not None else None  # {name: (K,)}
+      g_all = sensitivity.fd_rows(norm_fn, rows_dev, mask_dev, mask, fd_idx, chunk, epsilons,
+                                  jax.random.fold_in(k_dir, c0), dtype=dtype)  # (S, K, E)
       for j, T in enumerate(chunk):
         s, pr = run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
                                 g_vals=g_all[:, j], fd_idx=fd_idx,
-                                allnorm=None if allnorm is None else allnorm[:, j],
+                                all_stats=None if stats is None else
+                                {k: v[j] for k, v in stats.items()},
                                 dense=dense, groups=groups, n_groups=src.n_groups,
-                                dtype_tol=dtype_tol, power_iters=c.power_iters,
-                                l2_all=None if l2 is None else l2[:, j])
+                                dtype_tol=dtype_tol, power_iters=c.power_iters, dtype=dtype)
         summaries.append(s)
         per_row.extend(pr)
         prog.update(1)

@@ -105,8 +105,9 @@ def findings(summaries, name, epsilons) -> dict:
 def legend(source: str) -> str:
   """What the table's columns mean (the g column's statistic depends on the source)."""
   return ("columns: paper = min{1/(4T), sqrt 2}; tight = 1/(2T); max||J|| over the exact rows; "
-          ">paper/>tight = exact rows above each bound; all>paper = all rows (O(L) closed-form "
-          "norm); cex = tied-top-two row; g(eps) = "
+          ">paper/>tight = exact rows above each bound; all>paper = all rows (exact norm's "
+          "decision: a proved bracket, Newton where it is open); cex = tied-top-two row "
+          "(closed form 1/(2T)); g(eps) = "
           + ("max over (layer, head) of the token-mean g" if source == "model"
              else "mean over rows of g")
           + "; |Δ| = max abs difference of jacfwd vs closed form / central differences "

@@ -217,22 +217,48 @@ def lemma2_all_rows(rows, mask, temps, range_count=None) -> np.ndarray:
 # ----------------------------------------------------------------------------- one temperature
 
 
+def counterexample(T, paper, tight, rtol, dtype, name="softmax", params_items=(),
+                   check_length: int = 8) -> dict:
+  """The tied-top-two row (α = (½, ½, 0, …), ``bounds.tied_top_two``) at T: its norm is
+  1/(2T) exactly (closed form: M = diag α − ααᵀ has eigenvalue ½ on (e₁ − e₂)/√2 and
+  λ ≤ 2·max α_i(1 − α_i) = ½ by Gershgorin, ``gradient_screen``), independent of L. One
+  numeric check: jacfwd + dense SVD of the row at length ``check_length``, relative error and
+  whether it is within 1e3 ulps (SVD is backward stable, ~L·eps)."""
+  import jax.numpy as jnp
+
+  from limits import bounds
+
+  norm = float(tight)  # = 1/(2T), bounds.softmax_jacobian_bound(T, "tight")
+  cl, cm = bounds.tied_top_two(check_length, dtype)  # (check_length,)
+  got = float(np.asarray(_exact_block(cl[None], cm[None], jnp.asarray(T, dtype), name=name,
+                                      params_items=params_items, dense=True)[0])[0])
+  rel = abs(got - norm) / norm
+  return {"row": "two tied visible logits (alpha = 1/2, 1/2)", "norm": norm, "T_norm": T * norm,
+          "how": "closed form 1/(2T)",
+          "numeric_check": {"length": check_length, "jacfwd_svd_norm": got, "rel_err": rel,
+                            "ok": bool(rel <= 1e3 * float(np.finfo(dtype).eps))},
+          "exceeds_paper": bool(norm > paper * (1 + rtol)),
+          "exceeds_tight": bool(norm > tight * (1 + rtol))}
+
+
+
 def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params, *, g_vals,
-                    fd_idx, allnorm, dense, groups=None, n_groups=None, dtype_tol,
-                    power_iters=100, l2_all=None):
+                    fd_idx, all_stats, dense, groups=None, n_groups=None, dtype_tol,
+                    power_iters=100, dtype=None):
   """Every measurement at one temperature. Returns (summary dict, per-exact-row list).
 
-  rows, mask (R, L); exact_idx (X,) and check_idx (C,) row indices; ``allnorm`` (R,): the exact
-  O(L) norm of every row at T (softmax; None otherwise); ``g_vals`` (S, E): g(T, ε) of
-  Algorithm 5 on the sampled rows ``fd_idx`` (S,) for each ε; ``l2_all`` (R,): Lemma 2's bound
-  of every row (softmax); ``groups`` (R,): the (layer, head) of each row (model source).
+  rows, mask (R, L) (rows are cast to ``dtype``, default their own); exact_idx (X,) and
+  check_idx (C,) row indices; ``all_stats``: every row's decisions at T (softmax; None
+  otherwise), one temperature's entries of ``gradient_screen.Screen.stats``; ``g_vals``
+  (S, E): g(T, ε) of Algorithm 5 on the sampled rows ``fd_idx`` (S,) for each ε; ``groups``
+  (R,): the (layer, head) of each row (model source).
   """
   import jax.numpy as jnp
 
   from limits import bounds, jacobians
 
   params_items = tuple(sorted(params.items()))
-  dt = rows.dtype
+  dt = np.dtype(dtype or rows.dtype)
   Tj = jnp.asarray(T, dt)
   L = rows.shape[-1]
   paper = float(bounds.softmax_jacobian_bound(T, "paper"))  # Corollary 3 as printed
@@ -240,7 +266,7 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
   is_softmax = name == "softmax"
 
   # Exact norms on the subsample, in blocks that keep J at ~4M entries.
-  el, em = rows[exact_idx], mask[exact_idx]  # (X, L)
+  el, em = rows[exact_idx].astype(dt), mask[exact_idx]  # (X, L)
   block = max(1, (1 << 22) // (L * L)) if dense else 256
   outs = [_exact_block(jnp.asarray(el[s]), jnp.asarray(em[s]), Tj, name=name,
                        params_items=params_items, dense=dense, iters=power_iters)
@@ -261,7 +287,7 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
   checks = None
   if dense and len(check_idx):
     fd_eps = jacobians.FD_EPS[np.dtype(dt)] * T  # the normalizer of l/T varies on scale T
-    Jf, Jr, Jd = _check_block(jnp.asarray(rows[check_idx]), jnp.asarray(mask[check_idx]), Tj,
+    Jf, Jr, Jd = _check_block(jnp.asarray(rows[check_idx].astype(dt)), jnp.asarray(mask[check_idx]), Tj,
                               jnp.asarray(fd_eps, dt), name=name, params_items=params_items)
     r = jacobians.compare_arrays(Jf, Jr, None, Jd, fd_eps=fd_eps)
     checks = {"rows": len(check_idx), "fd_eps": r["fd_eps"], "jacrev": r["rev"], "fd": r["fd"]}
@@ -298,28 +324,22 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
     over_tight = norm > tight * (1 + rtol)
     l2 = np.asarray(bounds.softmax_lemma2_bound(jnp.asarray(el), Tj, jnp.asarray(em)))  # (X,)
     over_l2 = norm > l2 * (1 + rtol)
-    # Lemma 2 on every row against the exact O(L) norm; only where the bound is a finite
-    # number in this dtype (else min F underflowed and the "bound" constrains nothing).
-    l2_fin = np.isfinite(l2_all)
+    # Every row (gradient_screen.Screen): Lemma 2 only where its bound is a finite number in
+    # this dtype (else min F underflowed and the "bound" constrains nothing).
+    st = all_stats
     summary.update({
         "n_exceed_paper": int(over_paper.sum()), "n_exceed_tight": int(over_tight.sum()),
         "n_exceed_lemma2": int(over_l2.sum()),
-        "all_rows_n_exceed_lemma2": int(np.sum(l2_fin & (allnorm > l2_all * (1 + rtol)))),
-        "all_rows_lemma2_finite": int(l2_fin.sum()),
-        "all_rows_nonfinite_norm": int(np.sum(~np.isfinite(allnorm))),
-        "all_rows": int(allnorm.size),
-        "all_rows_n_exceed_paper": int(np.sum(allnorm > paper * (1 + rtol))),
-        "all_rows_n_exceed_tight": int(np.sum(allnorm > tight * (1 + rtol))),
-        "all_rows_max_T_norm": float(T * allnorm.max()),
+        "all_rows_n_exceed_lemma2": int(st["n_exceed_lemma2"]),
+        "all_rows_lemma2_finite": int(st["lemma2_finite"]),
+        "all_rows_nonfinite_norm": int(st["nonfinite"]),
+        "all_rows": int(st["rows"]),
+        "all_rows_n_exceed_paper": int(st["n_exceed_paper"]),
+        "all_rows_n_exceed_tight": int(st["n_exceed_tight"]),
+        "all_rows_max_T_norm": float(T * st["max_norm"]),
+        "all_rows_newton": int(st["newton"]),
     })
-    # The counterexample: two tied visible logits.
-    cl, cm = bounds.tied_top_two(L, dt)  # (L,)
-    cnorm = float(np.asarray(_exact_block(cl[None], cm[None], Tj, name=name,
-                                          params_items=params_items, dense=True)[0])[0])
-    summary["counterexample"] = {"row": "two tied visible logits (alpha = 1/2, 1/2)",
-                                 "norm": cnorm, "T_norm": T * cnorm,
-                                 "exceeds_paper": bool(cnorm > paper * (1 + rtol)),
-                                 "exceeds_tight": bool(cnorm > tight * (1 + rtol))}
+    summary["counterexample"] = counterexample(T, paper, tight, rtol, dt, name, params_items)
   for j, i in enumerate(exact_idx):
     r = {"T": T, "row": int(i), "norm": float(norm[j]), "T_norm": float(T * norm[j]),
          f"g_eps_{epsilons[0]:g}": g_of_row.get(int(i), float("nan"))}

@@ -185,43 +185,78 @@ def softmax_norms(logits, temperatures, mask=None, *, block_elems: int = 1 << 22
 
 def _span_buckets(mask, min_width: int = 128):
   """Groups rows by visible span (last visible index + 1) rounded up to a power of two."""
-  m = np.asarray(mask, bool)
-  L = m.shape[-1]
-  last = np.where(m.any(-1), L - np.argmax(m[:, ::-1], axis=-1), 1)  # (R,)
-  width = np.minimum(L, np.maximum(min_width, 2 ** np.ceil(np.log2(np.maximum(last, 1)))))
-  width = width.astype(int)
-  for w in np.unique(width):
-    yield np.nonzero(width == w)[0], int(w)
+  from limits import gradient_screen
+
+  yield from gradient_screen.span_groups(mask, min_width)
 
 
 def fd_batch(norm_fn, logits, mask, temperatures, epsilons, key, *,
-             block_elems: int = 1 << 22) -> np.ndarray:
+             block_elems: int = 1 << 18) -> np.ndarray:
   """The paper's g(T, ε) = ‖α((l + εv)/T) − α(l/T)‖₂/ε for rows × temperatures × ε.
 
   logits (S, L), mask (S, L), temperatures (K,), epsilons (E,) → (S, K, E) NumPy. One random
   unit direction v per (row, ε) over the visible keys (isotropic Gaussian, AMBIG-13), fresh per
   row and ε and shared by the K temperatures (common random numbers make the curves of one
-  row comparable across T); row r uses ``fold_in(key, r)``, so a row's g does not depend on
-  which other rows are sampled. ``norm_fn(z, mask)`` is the normalizer applied to z = l/T.
+  row comparable across T); row r uses ``split(key, S)[r]``. ``norm_fn(z, mask)`` is the
+  normalizer applied to z = l/T. :func:`fd_rows` on all S rows.
   """
+  l = np.asarray(logits)
+  m = np.asarray(mask, bool)
+  return fd_rows(norm_fn, jax.device_put(l), jax.device_put(m), m, np.arange(l.shape[0]),
+                 temperatures, epsilons, key, dtype=l.dtype, block_elems=block_elems)
+
+
+def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *, dtype,
+            block_elems: int = 1 << 18) -> np.ndarray:
+  """g(T, ε) of the rows ``idx`` (S,) of device arrays rows, mask (R, L): (S, K, E) NumPy.
+
+  Sample position s (row ``idx[s]``) uses key ``split(key, S)[s]`` and the direction
+  convention of ``gradient_rows.g_rows``. Rows are cut to their visible span (rounded up to a
+  power of two ≥ 128, ``host_mask`` (R, L) says where it ends): the random direction of a row
+  is a prefix of the full-length draw (JAX's partitionable threefry) and masked keys get
+  weight 0, so the values equal the full-length computation up to rounding. Each span group
+  is one jitted call that walks its rows in chunks of ≈ ``block_elems`` (row, T, ε, key)
+  elements with ``lax.map``; the rows never leave the device.
+  """
+  from limits import gradient_screen
+
+  idx = np.asarray(idx)
+  S = idx.size
+  T = jax.device_put(np.asarray(temperatures, dtype))
+  eps = jax.device_put(np.asarray(epsilons, dtype))
+  K, E = T.size, eps.size
+  out = np.zeros((S, K, E), dtype)
+  if S == 0:
+    return out
+  keys = jax.random.split(key, S)
+  for pos, w in gradient_screen.span_groups(np.asarray(host_mask, bool)[idx]):
+    chunk = max(1, block_elems // (w * K * (E + 1)))
+    pad = (-pos.size) % chunk
+    p = np.concatenate([pos, np.full(pad, pos[0], pos.dtype)])
+    g = _fd_group_fn(norm_fn, w, chunk, np.dtype(dtype).name)(
+        rows, mask, *jax.device_put((idx[p], p)), keys, T, eps)
+    out[pos] = np.asarray(jax.device_get(g))[:pos.size]
+  return out
+
+
+@functools.lru_cache(maxsize=None)
+def _fd_group_fn(norm_fn, width: int, chunk: int, dtype_name: str):
   from limits import gradient_rows
 
-  l = np.asarray(logits)
-  S, L = l.shape
-  m = np.asarray(mask, bool)
-  T = jnp.asarray(np.asarray(temperatures, l.dtype))
-  eps = jnp.asarray(np.asarray(epsilons, l.dtype))
-  out = np.zeros((S, T.size, eps.size), l.dtype)
-  block = min(max(S, 1), max(1, block_elems // (L * T.size * (eps.size + 1))))
-  keys = jax.random.split(key, max(S, 1))
-  for s in range(0, S, block):
-    n = min(block, S - s)
-    lb, mb = np.zeros((block, L), l.dtype), np.zeros((block, L), bool)
-    lb[:n], mb[:n] = l[s:s + n], m[s:s + n]  # padded: one compile
-    kb = keys[np.minimum(np.arange(s, s + block), S - 1)]
-    out[s:s + n] = np.asarray(gradient_rows.g_rows(norm_fn, jnp.asarray(lb), jnp.asarray(mb),
-                                                   T, eps, kb))[:n]
-  return out
+  dtype = jnp.dtype(dtype_name)
+
+  def fn(rows, mask, idx, pos, keys, T, eps):
+    keys = keys[pos]  # (C·B,) the sample positions' keys
+
+    def one(args):
+      ix, kb = args
+      l = rows[ix, :width].astype(dtype)
+      return gradient_rows.g_rows(norm_fn, l, mask[ix, :width], T, eps, kb)  # (B, K, E)
+
+    g = lax.map(one, (idx.reshape(-1, chunk), keys.reshape((-1, chunk) + keys.shape[1:])))
+    return g.reshape((-1,) + g.shape[2:])
+
+  return jax.jit(fn)
 
 
 def sample_rows(groups, per_group: int, seed: int) -> np.ndarray:

@@ -88,12 +88,69 @@ def test_plateau_needs_growth_first_and_n20():
   assert judge("fig2b-plateau", vary_n({1: 1.0, 10: 2.0, 100: 2.1})) == NT   # no N = 20
 
 
-def test_plateau_reading_flips_give_depends():
+def test_excluded_reading_cannot_change_the_verdict():
+  # The norm of the sum is excluded for fig2b-plateau: a flip there changes nothing.
   rows = vary_n({1: 1.0, 20: 4.4, 100: 5.1})["rows"]
   for r in rows:
-    r["d_norm_mean"] = float(r["N"])  # the other d̃ form grows linearly
-  a = C.assess(C.BY_ID["fig2b-plateau"], {"rows": rows})
-  assert a.verdict == DEP and "AMBIG-1" in a.label
+    r["d_norm_mean"] = float(r["N"])  # the other d̃ form grows linearly (would fail)
+  a = C.assess(C.BY_ID["fig2b-plateau"], {"rows": rows},
+               {("AMBIG-7", "hidden"): {"rows": rows}})   # the keys reading is excluded too
+  assert a.verdict == H and a.robust is True and a.label == C.SAME
+  assert [lab for lab, _ in a.excluded] == [
+      lab for lab, v in a.readings if "‖Σ α_i x_i − s‖" in lab or "per-head key" in lab]
+  assert any(v.status == F for lab, v in a.readings if "‖Σ α_i x_i − s‖" in lab)
+  # The same flip under thm1-bound, where the norm of the sum is admissible, is named.
+  claim = C.BY_ID["thm1-bound"]
+  b = C.assess(claim, {"rows": [{"L": 32, "N": 5, "violations_sum": 0, "violations_norm": 3,
+                                 "rows_checked": 10}]})
+  assert (b.verdict, b.robust) == (H, False)
+  assert b.label.startswith("flips under AMBIG-1 (d̃ = ‖Σ α_i x_i − s‖): fails")
+
+
+def _two_axis_claim(flipper):
+  """fig2b-converge-derived (readings AMBIG-1, AMBIG-3, AMBIG-4) with a judge that fails only
+  when ``flipper`` takes its second option."""
+  claim = C.BY_ID["fig2b-converge-derived"]
+  second = {rd.ambig: rd.options[1][0] for rd in claim.readings}
+
+  def judge(s, r):
+    return C.Verdict(F if r[flipper] == second[flipper] else H, "measured")
+  return dataclasses.replace(claim, judge=judge)
+
+
+@pytest.mark.parametrize("flipper", ["AMBIG-1", "AMBIG-3", "AMBIG-4"])
+def test_robustness_names_only_the_flipping_ambiguity(flipper):
+  a = C.assess(_two_axis_claim(flipper), {})
+  assert a.verdict == H and a.robust is False
+  named = {x for x in ("AMBIG-1", "AMBIG-3", "AMBIG-4") if x in a.label}
+  assert named == {flipper}, a.label
+  # Two flipping combinations would be named if the flip needed both; here one suffices.
+  assert a.label.count(flipper) == 1
+
+
+def test_robustness_names_a_pair_only_when_the_pair_is_needed():
+  claim = C.BY_ID["fig2b-converge-derived"]
+
+  def judge(s, r):  # fails only with N/L and the Jensen bound together
+    return C.Verdict(F if (r["AMBIG-3"], r["AMBIG-4"]) == ("L", "jensen") else H)
+  a = C.assess(dataclasses.replace(claim, judge=judge), {})
+  assert a.robust is False and "AMBIG-3 (N/L) with AMBIG-4 (main sum + Jensen bound)" in a.label
+  assert "AMBIG-1" not in a.label
+
+
+def test_registry_refuses_excluding_the_primary_reading():
+  import tomllib
+  from importlib import resources
+  from limits.claims import registry
+  from limits.errors import LimitsError
+  data = tomllib.loads(resources.files("limits.claims").joinpath("claims.toml").read_text())
+  entry = next(c for c in data["claim"] if c["id"] == "fig2b-plateau")
+  entry["excluded"] = [["AMBIG-1", "sum", "no"]]
+  with pytest.raises(LimitsError, match="primary reading"):
+    registry.parse_registry(data)
+  entry["excluded"] = [["AMBIG-1", "norm", " "]]
+  with pytest.raises(LimitsError, match="without a reason"):
+    registry.parse_registry(data)
 
 
 def test_fig3_decline_then_saturates_and_still_declining():
@@ -198,6 +255,8 @@ def test_fig4_inverse_t():
   inv = {"1e-3": [1 / t for t in TS], "0.1": [2 / t for t in TS]}
   flat = {"1e-3": [1 / t for t in TS], "0.1": [5.0 for _ in TS]}
   assert judge("fig4-inverse-t", {"T": TS, "g": inv}) == H
+  assert judge("fig4-inverse-t", {"T": TS, "g": flat}) == H  # ε = 0.1 at 5.0: impossible, left out
+  flat["0.1"] = [0.5 for _ in TS]                     # 0.5·(30)^0.75 = 6.4 < √2/0.1: decidable
   assert judge("fig4-inverse-t", {"T": TS, "g": flat}) == F
   # T^-0.75 is at the edge (slope within 0.25 of −1), T^-0.7 is not.
   assert judge("fig4-inverse-t", {"T": TS, "g": {"a": [t ** -0.75 for t in TS]}}) == H
@@ -211,7 +270,9 @@ def test_fig4_logit_convention_moves_the_threshold():
   s = {"T": TS, "g": g, "d_head": 1024}
   assert judge("fig4-inverse-t", s) == H
   assert judge("fig4-inverse-t", s, **{"AMBIG-12": "scaled"}) == F
-  assert C.assess(C.BY_ID["fig4-inverse-t"], s).verdict == DEP
+  a = C.assess(C.BY_ID["fig4-inverse-t"], s)
+  assert a.verdict == H and a.robust is False
+  assert a.label.startswith("flips under AMBIG-12 (T on q·k/√d_head): fails")
 
 
 def test_fig4_collapse():
@@ -246,7 +307,7 @@ def test_printed_expectation_uses_the_xbar_reading():
   assert judge("fig2a-linear-expected", s) == H
   assert judge("fig2a-linear-expected", s, **{"AMBIG-17": "mean"}) == F
   a = C.assess(C.BY_ID["fig2a-linear-expected"], s)
-  assert a.verdict == DEP and "AMBIG-17" in a.label
+  assert a.verdict == H and a.robust is False and "AMBIG-17" in a.label
 
 
 def test_converge_and_tightens():
@@ -286,7 +347,8 @@ def test_critical_n_band_and_alpha_reading():
   s = {"critical": critical({"100": (6, ev)}), "heads": 144}
   assert judge("fig2c-critical-n", s) == H
   assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
-  assert C.assess(C.BY_ID["fig2c-critical-n"], s).verdict == DEP
+  a = C.assess(C.BY_ID["fig2c-critical-n"], s)
+  assert (a.verdict, a.robust) == (H, False) and a.label.startswith("flips under AMBIG-9")
 
 
 def test_critical_n_bracket_straddling_the_band_is_not_testable():
@@ -346,8 +408,15 @@ def test_tally_counts_paper_claims_once():
     return C.Assessment(C.BY_ID[cid], verdict, verdict, C.Verdict(verdict))
 
   t = C.tally([fake("fig3-band", F), fake("multihead-coverage", F), fake("cor3-tight", H),
-               fake("cor3-printed", F), fake("lemma2", H)])
-  assert t[F] == 2 and t[H] == 1  # derived multihead and the finding cor3-tight not counted
+               fake("cor3-printed", F), fake("lemma2", H), fake("fig2a-linear-true", H)])
+  # derived multihead, the finding cor3-tight and the mathematical cor3-printed and lemma2
+  # are not counted; they are listed under their class.
+  assert t[F] == 1 and t[H] == 1
+  listed = C.by_evidence([fake("cor3-printed", F), fake("lemma2", H), fake("sphere-cap", H),
+                          fake("fig2a-linear-expected", H), fake("fig3-band", F)])
+  assert {k: [a.claim.id for a in v] for k, v in listed.items()} == {
+      C.MATHEMATICAL: ["cor3-printed", "lemma2"], C.BY_CONSTRUCTION: ["fig2a-linear-expected"],
+      C.MODEL_FREE: ["sphere-cap"]}
 
 
 def test_sphere_cap_reports_a_confidence_interval():

@@ -128,7 +128,7 @@ def run(config: DistanceConfig):
   """
   import numpy as np
 
-  from limits import distance_model, distance_verdicts, sources
+  from limits import distance_model, sources
   from limits import results as res
 
   mode = config.mode
@@ -156,8 +156,8 @@ def run(config: DistanceConfig):
     res.write_csv(out_dir / "per_head.csv", per_head_rows) if per_head_rows else None
     res.write_csv(out_dir / "summary.csv", summary_rows) if summary_rows else None
     res.write_csv(out_dir / "critical_n.csv", crit_rows) if crit_rows else None
-    results = distance_verdicts.figure2_verdicts(mode, summary_rows, crit_rows, per_head_rows,
-                                                 form=config.form, ks_alpha=config.ks_alpha)
+    # Measurements only: limits.claims judges them (issue 26).
+    results = {"summary": summary_rows}
     results.update({"complete": final, "timings_s": state["timings"],
                     "wall_s": time.perf_counter() - t_start, "model": model.info(),
                     "critical_n": state.get("critical"), "ks": state.get("ks")})

@@ -388,12 +388,16 @@ def test_rewording_cannot_change_the_verdict(cid):
 
 
 def test_summaries_are_read_by_key_not_by_claim_text():
-  results = {"verdicts": [{"claim": "anything at all", "verdict": "holds",
-                           "measured": {"violating_queries": 0, "queries_checked": 12}}],
+  results = {"band": {"violating_queries": 0, "queries_checked": 12},
              "summary": [{"L": 32, "violations": 0}, {"L": 64, "violations": 2}]}
   s = C.summarize("vanishing", results)
   assert s["band_violations"] == 2 and s["band_queries"] == 12
   assert judge("cor1-band", s) == F
+  # An old run's verdict records are not read (issue 26: verdicts live in limits/claims only).
+  old = {"verdicts": [{"claim": "x", "verdict": "holds", "measured": {"queries_checked": 12,
+                                                                     "exp": {"violations": 0}}}]}
+  assert "band_queries" not in C.summarize("vanishing", old)
+  assert "lemma1" not in C.summarize("vanishing", old)
 
 
 @pytest.mark.parametrize("summary", [{}, {"rows": [{"L": "x", "N": 5}]}, {"rows": "garbage"}])

@@ -102,12 +102,11 @@ def test_fits():
 
 
 def test_loglog_slope_is_one_function_for_every_caller():
-  """The claims' criteria and Figure 4's sensitivity read the same log-log fit as stats."""
-  from limits import sensitivity
+  """The claims' criteria read the same log-log fit as stats."""
   from limits.claims import criteria
 
   t = np.logspace(-3, 2, 11)
-  for fn in (stats.loglog_slope, sensitivity.loglog_slope, criteria.loglog_slope):
+  for fn in (stats.loglog_slope, criteria.loglog_slope):
     assert fn(t, 3.0 * t ** -0.5) == pytest.approx(-0.5, abs=1e-12)
     assert np.isnan(fn([1.0, 2.0], [1.0, 0.0]))          # one positive point left
     assert fn([1, 2, 4, np.inf], [1, 2, 4, 8]) == pytest.approx(1.0)  # non-finite points dropped

@@ -68,11 +68,13 @@ from limits.claims.judges_vanishing import (judge_cor1_band, judge_lemma1_bounde
                                             judge_lemma1_model)
 from limits.claims.registry import (AMBIGUITIES, BY_ID, CLAIMS, R_DFORM, R_INCL, R_JENSEN, R_KS,
                                     R_LOGIT, R_XBAR)
+from limits.claims.step_report import assess_step, step_lines
 from limits.claims.summary import WANTED_FIELDS, summarize
 
 __all__ = [
     "AMBIGUITIES", "Assessment", "BY_CONSTRUCTION", "BY_ID", "EMPIRICAL", "EVIDENCE",
-    "MATHEMATICAL", "MODEL_FREE", "SAME", "by_evidence", "robust_count", "CAP", "CLAIMS", "COLLAPSE_FACTOR", "CONVERGE_GAP",
+    "MATHEMATICAL", "MODEL_FREE", "SAME", "assess_step", "by_evidence", "robust_count",
+    "step_lines", "CAP", "CLAIMS", "COLLAPSE_FACTOR", "CONVERGE_GAP",
     "CRITICAL_BAND", "CRITICAL_RATIO", "Claim", "DEPENDS", "DROP", "DROP_TOL", "FAILS",
     "FIG3_BAND", "FIG3_KNEE", "FINDING", "HOLDS", "LINEAR_EXPONENT", "LINEAR_R2", "Missing",
     "NOT_RUN", "NOT_TESTABLE", "PAPER", "PLATEAU_KNEE", "PLATEAU_RATIO", "R_DFORM", "R_INCL",

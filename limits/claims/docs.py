@@ -27,7 +27,7 @@ def _reading_line(c, rd) -> str:
   """'AMBIG-1 (primary d̃ = …; admissible …; excluded …)' for one reading of claim ``c``."""
   out = {k: lab for k, lab in rd.options}
   gone = {k for a, k, _ in c.excluded if a == rd.ambig}
-  (k0, l0), rest = rd.options[0], rd.options[1:]
+  (_, l0), rest = rd.options[0], rd.options[1:]
   parts = [f"primary {l0}"]
   adm = [lab for k, lab in rest if k not in gone]
   if adm:

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import math
 
-from limits.claims.core import FAILS, HOLDS, Missing, Verdict, fmt, need, num
+from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Missing, Verdict, fmt, need, num
 from limits.claims.criteria import loglog_slope
+
+
+def _finite(s) -> None:
+  """Missing when a Jacobian norm came out NaN/inf (outside the dtype's range): every
+  comparison with NaN is False, so a bound would silently read "holds"."""
+  if s.get("nonfinite_T"):
+    raise Missing("finite Jacobian norms (non-finite at T = "
+                  + ", ".join(f"{num(t):g}" for t in s["nonfinite_T"]) + ")")
 
 
 def judge_cor3_printed(s, r) -> Verdict:
   """Corollary 3: ‖∇α‖₂ ≤ min{1/(4T), √2}. A bound for every logit row: fails if any row
-  checked (the tied-top-two row at each T, or a data row) exceeds it (relative slack 1e-9)."""
+  checked (the tied-top-two row at each T, or a data row) exceeds it (relative slack 1e-9).
+  Not testable where a norm is not finite."""
+  _finite(s)
   ts, norms = need(s, "T"), need(s, "counterexample_norm")
   over = [t for t, v in zip(ts, norms) if num(v) > min(1 / (4 * num(t)), math.sqrt(2)) * (1 + 1e-9)]
   data = int(s.get("data_exceed_paper") or 0)
@@ -24,7 +34,8 @@ def judge_cor3_printed(s, r) -> Verdict:
 
 def judge_cor3_tight(s, r) -> Verdict:
   """The suite's tight form ‖∇α‖₂ ≤ 1/(2T): holds iff max T·‖J‖₂ over every row checked is at
-  most 1/2 (relative slack 1e-6)."""
+  most 1/2 (relative slack 1e-6). Not testable where a norm is not finite."""
+  _finite(s)
   ts, norms = need(s, "T"), need(s, "counterexample_norm")
   vals = [num(t) * num(v) for t, v in zip(ts, norms)]
   if s.get("max_T_norm") is not None:
@@ -35,9 +46,16 @@ def judge_cor3_tight(s, r) -> Verdict:
 
 def judge_lemma2(s, r) -> Verdict:
   """Lemma 2 (reconstructed bound for a general normalizer) on softmax rows: an inequality;
-  holds iff no row exceeds it."""
+  holds iff no row exceeds it. Where the bound overflows to infinity (min F underflows) it
+  constrains nothing: with no row above it and the bound infinite on half the (row, T) pairs or
+  more, not testable."""
   n = int(need(s, "lemma2_exceed"))
   rows = s.get("lemma2_rows")
+  pairs, finite = s.get("lemma2_pairs"), s.get("lemma2_finite")
+  if n == 0 and pairs and 2 * int(finite) < int(pairs):
+    return Verdict(NOT_TESTABLE, reason=f"the bound overflows to infinity on "
+                   f"{int(pairs) - int(finite)} of {int(pairs)} (row, T) pairs: it constrains "
+                   "nothing there")
   return Verdict(HOLDS if n == 0 else FAILS, f"{n} rows above the bound",
                  sample=f"{rows:,} (row, T) pairs" if rows else "")
 

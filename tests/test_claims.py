@@ -339,22 +339,46 @@ def critical(by_l, alpha=0.01):
   return {L: {"critical_n": n, "alpha": alpha, "evaluated": ev} for L, (n, ev) in by_l.items()}
 
 
+def scanned(printed, reconstructed):
+  """A step summary with Algorithm 3's ascending scan for both E forms (L -> entry)."""
+  return {"critical_scan": {L: {"printed": printed[L], "reconstructed": reconstructed[L]}
+                            for L in printed}, "heads": 144}
+
+
 def test_critical_n_band_and_alpha_reading():
   # L = 100: p-values by N; at α = 0.01 critical N = 6 (0.06 L, holds); at α = 0.05 the last
   # N evaluated with p <= 0.05 is 15 and the first above is 20: N_crit in 16..20 (0.16–0.20 L,
   # outside [0.03, 0.12]: fails).
   ev = {"3": 0.001, "5": 0.005, "6": 0.02, "10": 0.03, "15": 0.04, "20": 0.2}
   s = {"critical": critical({"100": (6, ev)}), "heads": 144}
-  assert judge("fig2c-critical-n", s) == H
-  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
-  a = C.assess(C.BY_ID["fig2c-critical-n"], s)
+  rec = {"AMBIG-18": "reconstructed"}
+  assert judge("fig2c-critical-n", s, **rec) == H            # the bisection (a run before #28)
+  assert judge("fig2c-critical-n", s, **rec, **{"AMBIG-9": "0.05"}) == F
+  assert judge("fig2c-critical-n", s) == NT   # the printed E needs the ascending scan
+  both = scanned(critical({"100": (6, ev)}), critical({"100": (6, ev)}))
+  a = C.assess(C.BY_ID["fig2c-critical-n"], both)
   assert (a.verdict, a.robust) == (H, False) and a.label.startswith("flips under AMBIG-9")
+  assert "AMBIG-18" not in a.label
+
+
+def test_critical_n_e_form_reading_and_pass_window():
+  # Printed E: passes at N = 4–6 then rejects again (a non-monotone window), first pass 4 of
+  # L = 100 (0.04 L: holds). Reconstructed E: first pass at 80 (0.8 L: fails).
+  pr = {str(n): (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 10)}
+  rc = {str(n): (0.5 if n >= 80 else 0.001) for n in range(1, 81)}
+  s = scanned({"100": {"critical_n": 4, "alpha": 0.01, "evaluated": pr, "windows": [[4, 6]]}},
+              {"100": {"critical_n": 80, "alpha": 0.01, "evaluated": rc, "windows": [[80, 80]]}})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-18": "printed", "AMBIG-9": "0.01"})
+  assert v.status == H and "passes at N = 4–6" in v.measured, v
+  assert judge("fig2c-critical-n", s, **{"AMBIG-18": "reconstructed"}) == F
+  a = C.assess(C.BY_ID["fig2c-critical-n"], s)
+  assert a.verdict == H and a.label.startswith("flips under AMBIG-18 (E reconstructed")
 
 
 def test_critical_n_bracket_straddling_the_band_is_not_testable():
   ev = {"2": 0.001, "30": 0.2}   # at α = 0.05 N_crit is anywhere in 3..30 for L = 100
   s = {"critical": critical({"100": (None, ev)}), "heads": 144}
-  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == NT
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05", "AMBIG-18": "reconstructed"}) == NT
 
 
 def test_ks_power():
@@ -363,10 +387,11 @@ def test_ks_power():
   assert C.ks_min_pvalue(144) < 1e-80
   ev = {"1": 0.5}
   s = {"critical": critical({"64": (1, ev)}), "heads": 4}   # 2/70 = 0.029 > 0.01
-  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-9": "0.01"})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-9": "0.01",
+                                                       "AMBIG-18": "reconstructed"})
   assert v.status == NT and "cannot reject" in v.reason
   # At α = 0.05 the test can reject with 4 heads: judged (N_crit = 1 at L = 64: 0.016 L, fails).
-  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05", "AMBIG-18": "reconstructed"}) == F
 
 
 # --- rewording, malformed input, tally -------------------------------------------------------

@@ -90,6 +90,8 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       out["rows_checked"] = sum(int(num(x.get("rows_checked", 0))) for x in rows)
     if isinstance(results.get("critical_n"), Mapping):
       out["critical"] = results["critical_n"]
+    if isinstance(results.get("critical_scan"), Mapping):
+      out["critical_scan"] = results["critical_scan"]
   elif step.startswith("separability"):
     summary = results.get("summary")
     if isinstance(summary, Mapping):

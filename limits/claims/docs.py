@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from limits.claims import provenance
 from limits.claims.core import EVIDENCE, FINDING, PAPER
 from limits.claims.registry import AMBIGUITIES, CLAIMS
 from limits.claims.summary import WANTED_FIELDS
@@ -49,8 +50,18 @@ def render_docs() -> str:
            "verdict is its *primary* reading's (the documented default of each ambiguity); the "
            "*admissible* readings give the robustness column; readings *excluded* for a claim "
            "(with the reason) are shown but change nothing. Only *empirical* paper claims are "
-           "tallied; the other evidence classes are listed apart.",
+           "tallied; the other evidence classes are listed apart.", "",
+           "Provenance (`python -m limits.claims.provenance`, from git history; the method is "
+           "in `limits/claims/provenance.py`): per claim, the commit in which its criterion "
+           "line, judge and cited helpers took their present form, and whether a result for "
+           "the claim (by id) had been reported in README.md, WORKSPACE.md or docs/reports "
+           "before that. Criteria were not all written before any result was seen: results "
+           "reported before the claim ids existed are not detected by id; for example the "
+           "Fig. 2b plateau was reported as failing under the experiments' own 10 % criterion "
+           "(WORKSPACE, 2ef1a39, 2026-12-02) before the registry's slope-ratio criterion "
+           "(f7202d4, 2026-12-04).",
            ""]
+  prov = provenance.load()
   for kind, title in ((PAPER, "Claims of the paper"), (FINDING, "The suite's own findings")):
     lines += [f"## {title}", ""]
     for c in CLAIMS:
@@ -67,6 +78,8 @@ def render_docs() -> str:
           lines.append(f"- Excluded for this claim: {a} {label}: {why}")
       lines.append(f"- Evidence: {EVIDENCE[c.evidence]}"
                    + (f": {c.evidence_why}" if c.evidence_why else ""))
+      if provenance.line(c.id, prov):
+        lines.append(provenance.line(c.id, prov))
       if c.derived_from:
         lines.append(f"- Derived from: {', '.join(c.derived_from)} (not counted again)")
       lines.append("")

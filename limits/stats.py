@@ -169,13 +169,15 @@ class Scan(NamedTuple):
 
 def ascending_scan(pvalues_fn: Callable[[Sequence[int]], dict], n_min: int, n_max: int, *,
                    alpha: float = 0.01, batch: int = 8,
-                   until_closed: Sequence[str] = ()) -> dict[str, Scan]:
+                   until_closed: Sequence[str] = (), confirm: int = 16) -> dict[str, Scan]:
   """Algorithm 3's loop N = n_min, n_min + 1, … for several KS samples at once.
 
   Args:
     pvalues_fn: a list of Ns (at most ``batch``) -> {sample name: their p-values}.
-    until_closed: the samples whose first pass window must close (a rejection after a pass)
-      before the scan stops; the others are recorded along. Every sample's scan ends at n_max.
+    until_closed: the samples whose first pass window must settle before the scan stops: it
+      closed (a rejection after a pass) or stayed open for ``confirm`` consecutive N (then it
+      is reported open at its last N scanned); the others are recorded along. Every sample's
+      scan ends at n_max.
 
   Returns {sample name: :class:`Scan`}: each sample's first pass and windows over the Ns scanned
   (a window still open at the last N scanned may extend beyond it).
@@ -191,7 +193,7 @@ def ascending_scan(pvalues_fn: Callable[[Sequence[int]], dict], n_min: int, n_ma
   def closed(name: str) -> bool:
     ev = evaluated.get(name, {})
     wins = pass_windows(ev, alpha)
-    return bool(wins) and wins[0][1] < max(ev)
+    return bool(wins) and (wins[0][1] < max(ev) or wins[0][1] - wins[0][0] + 1 >= confirm)
 
   start = n_min
   while start <= n_max:

@@ -154,6 +154,10 @@ def test_pass_windows_and_full_scan():
   assert stats.pass_windows(ev, 0.01) == [(5, 8), (13, 20)]
   scans = stats.ascending_scan(lambda ns: {"a": _window_p_list(ns)}, 1, 20, batch=4)
   assert scans["a"].windows == [(5, 8), (13, 20)] and max(scans["a"].evaluated) == 20
+  # A window that stays open for `confirm` consecutive N stops the scan (reported open).
+  late = stats.ascending_scan(lambda ns: {"a": [0.5 if n >= 13 else 0.001 for n in ns]}, 1, 99,
+                              batch=4, until_closed=("a",), confirm=6)
+  assert late["a"].first_pass == 13 and max(late["a"].evaluated) == 20
 
 
 def test_uniform_attention_with_reconstructed_e_passes_from_small_n():

@@ -453,3 +453,30 @@ def test_sphere_cap_reports_a_confidence_interval():
   s["per_head"] = [{"n": "16", "frac": "0.6", "stderr": "0.01"}]
   v = C.judge_safely(C.BY_ID["sphere-cap"], s, {})
   assert v.status == H and "± 0.0196" in v.measured
+
+
+def test_rejudge_reads_a_stored_report_under_the_primary_reading():
+  """A report before issue 28: fig2b-plateau 'depends' only through the norm of the sum (now
+  excluded) and the keys (excluded): re-read, it holds and is robust; a hand-made verdict under
+  the residual stream that differs is named."""
+  from limits.claims import rejudge
+  text = "\n".join([
+      "| 7 | `fig2b-plateau` | Fig. 2b | w | c | m1 | **depends on an ambiguity**: x | f |",
+      "- `fig2b-plateau`:",
+      "  - AMBIG-1 d̃ = Σ‖α_i x_i − s‖; AMBIG-7 x_i = per-head value vectors: **holds**, m1",
+      "  - AMBIG-1 d̃ = Σ‖α_i x_i − s‖; AMBIG-7 x_i = per-head key vectors: **fails**, m2",
+      "  - AMBIG-1 d̃ = Σ‖α_i x_i − s‖; AMBIG-7 x_i = the layer's normalised residual stream: "
+      "**holds**, m3",
+      "  - AMBIG-1 d̃ = ‖Σ α_i x_i − s‖; AMBIG-7 x_i = per-head value vectors: **fails**, m4",
+      "- `fig3-band`:",
+      "  - AMBIG-7 x_i = per-head value vectors: **fails**, m5",
+      "  - AMBIG-7 x_i = per-head key vectors: **holds**, m6",
+      "  - AMBIG-7 x_i = the layer's normalised residual stream: **holds**, m7",
+  ])
+  got = {a.claim.id: a for a in rejudge.rejudge(text)}
+  a = got["fig2b-plateau"]
+  assert (a.verdict, a.robust, a.label) == (H, True, C.SAME)
+  b = got["fig3-band"]
+  assert (b.verdict, b.robust) == (F, False)
+  assert b.label.startswith("flips under AMBIG-7 (x_i = the layer's normalised residual stream)")
+  assert got["fig2c-critical-n"].verdict == NT   # the printed E's scan needs a rerun

@@ -82,7 +82,7 @@ def render(text: str, source: str) -> str:
   got = rejudge(text)
   t = tally(got)
   robust, judged = robust_count(got)
-  lines = [f"## Re-judged under the primary-reading layer (issue 28), from the readings below",
+  lines = ["## Re-judged under the primary-reading layer (issue 28), from the readings below",
            "", f"Re-read from the per-reading verdicts of {source} (no step rerun: "
            "`python -m limits.claims.rejudge`). Paper's claims, empirical on this model, primary "
            "reading: " + ", ".join(f"{n} {k}" for k, n in t.items() if n)

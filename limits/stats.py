@@ -78,6 +78,16 @@ def _summarise(evaluated: dict, alpha: float, method: str, n: int | None) -> Cri
   return CriticalN(n, float(alpha), method, {k: evaluated[k] for k in ns}, dec_mono, p_mono)
 
 
+def _check_search(alpha: float, n_min: int, n_max: int, batch: int) -> None:
+  """One-line errors for a search's level, N range and batch."""
+  if not 0 < alpha < 1:
+    raise LimitsError(f"alpha={alpha} must be in (0, 1)")
+  if n_min < 1 or n_max < n_min:
+    raise LimitsError(f"N range [{n_min}, {n_max}] is empty or starts below 1")
+  if batch < 1:
+    raise LimitsError(f"batch={batch} must be positive")
+
+
 def critical_n(pvalue_fn: Callable[[Sequence[int]], Sequence[float]], n_min: int, n_max: int, *,
                alpha: float = 0.01, method: str = "bisect", batch: int = 8) -> CriticalN:
   """Smallest N in [n_min, n_max] with p-value > alpha.
@@ -89,12 +99,7 @@ def critical_n(pvalue_fn: Callable[[Sequence[int]], Sequence[float]], n_min: int
   """
   if method not in ("scan", "bisect"):
     raise LimitsError(f"method={method!r} is not one of ('scan', 'bisect')")
-  if not 0 < alpha < 1:
-    raise LimitsError(f"alpha={alpha} must be in (0, 1)")
-  if n_min < 1 or n_max < n_min:
-    raise LimitsError(f"N range [{n_min}, {n_max}] is empty or starts below 1")
-  if batch < 1:
-    raise LimitsError(f"batch={batch} must be positive")
+  _check_search(alpha, n_min, n_max, batch)
   evaluated: dict[int, float] = {}
 
   def probe(ns):
@@ -182,12 +187,7 @@ def ascending_scan(pvalues_fn: Callable[[Sequence[int]], dict], n_min: int, n_ma
   Returns {sample name: :class:`Scan`}: each sample's first pass and windows over the Ns scanned
   (a window still open at the last N scanned may extend beyond it).
   """
-  if not 0 < alpha < 1:
-    raise LimitsError(f"alpha={alpha} must be in (0, 1)")
-  if n_min < 1 or n_max < n_min:
-    raise LimitsError(f"N range [{n_min}, {n_max}] is empty or starts below 1")
-  if batch < 1:
-    raise LimitsError(f"batch={batch} must be positive")
+  _check_search(alpha, n_min, n_max, batch)
   evaluated: dict[str, dict[int, float]] = {}
 
   def closed(name: str) -> bool:

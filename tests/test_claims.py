@@ -207,10 +207,22 @@ def test_upper_tracking_uses_its_own_column():
   rows = [(4, 0.6, 0, 0.65, 0.95, 0), (4, 0.3, 0, 0.9, 0.9, 0),   # max head: 0.6, bound 0.65 / 0.95
           (8, 0.5, 0, 0.60, 0.60, 0)]
   s = per_head(rows)
-  assert judge("thm2-upper-derived", s) == H      # gaps 0.05, 0.10
-  assert judge("fig3-upper-tracks", s) == F       # printed gap 0.35 at N = 4
+  assert judge("thm2-upper-derived", s) == H      # gap 0.05 at N = 4 (N = 8: max < 0.507)
   below = per_head([(4, 0.7, 0, 0.65, 0.7, 0)])
   assert judge("thm2-upper-derived", below) == F  # N_s/N above its bound
+  # The printed bound is ≥ e^(−1/16) = 0.939 at M = 1: within 0.10 of a maximum below 0.839 it
+  # cannot be (cannot hold), above a maximum ≥ 0.90 by more than 0.10 it cannot be (cannot
+  # fail); only maxima in [0.839, 0.90) decide, and N = 1 never does.
+  v = C.judge_safely(C.BY_ID["fig3-upper-tracks"], s, {})
+  assert v.status == NT and "cannot hold" in v.reason
+  tight = per_head([(1, 1.0, 0, 1, 0.97, 0), (4, 0.85, 0, 1, 0.949, 0), (8, 0.95, 0, 1, 0.99, 0)])
+  loose = per_head([(4, 0.85, 0, 1, 0.96, 0)])    # gap 0.11
+  over = per_head([(4, 0.85, 0, 1, 0.949, 0), (8, 0.96, 0, 1, 0.95, 0)])  # 0.96 > its bound
+  assert judge("fig3-upper-tracks", tight) == H    # N = 1 (1.0 > 0.97) not counted
+  v = C.judge_safely(C.BY_ID["fig3-upper-tracks"], tight, {})
+  assert "N = 1" in v.vacuous and "cannot fail" in v.vacuous
+  assert judge("fig3-upper-tracks", loose) == F
+  assert judge("fig3-upper-tracks", over) == F
 
 
 def test_printed_upper_missing_is_not_testable_naming_the_field():

@@ -26,8 +26,11 @@ _READ = re.compile(r"^  - (.*?): \*\*([^*]+)\*\*(?:, (.*?))?(?: \((.*)\))?$")
 # step's files (per-head rows, the g curves) or a rerun (the scan with the printed E).
 RERUN = {
     "fig2c-critical-n": "the ascending scan with the printed E (AMBIG-18) was not run",
-    "fig3-upper-tracks": "N = 1 and the cases at or below the bound's floor are no longer counted",
-    "thm2-upper-derived": "N = 1 and the cases at or below the bound's floor are no longer counted",
+    "fig3-upper-tracks": "parts decided by mathematics are no longer counted (N = 1; cases at or "
+                         "below the bound's floor e^(−1/16); maxima below 0.839, where the "
+                         "printed bound cannot be within 0.10): likely not testable after a rerun",
+    "thm2-upper-derived": "parts decided by mathematics are no longer counted (N = 1; cases at or "
+                          "below the bound's floor e^(−1/2); maxima below 0.507)",
     "fig4-inverse-t": "an ε whose 1/T trend is impossible (g ≤ √2/ε) is left out; AMBIG-12 "
                       "rescales ε",
 }

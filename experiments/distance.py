@@ -19,8 +19,8 @@ N; the model is streamed layer by layer.
 
 Outputs in ``--out_dir``: ``per_head.csv`` (one row per L, N, layer, head; both d̃ forms),
 ``summary.csv``, ``critical_n.csv``, ``fig2_<mode>.png`` (true distance green, expectation
-blue, bound red; mean and IQR over heads, AMBIG-15) and ``results.json`` with the claims'
-verdicts. Results are rewritten after every L so an interrupted run keeps what finished.
+blue, bound red; mean and IQR over heads, AMBIG-15) and ``results.json`` with the
+measurements; the claims the run decides are printed from ``limits.claims``. Results are rewritten after every L so an interrupted run keeps what finished.
 
   LIMITS_DATA_DIR=/path/to/data python -m experiments.distance --mode=vary_length \
       --out_dir=results/distance/vary_length
@@ -69,7 +69,8 @@ def define_flags() -> None:
   cli.require("ks_alpha", lambda v: v is not None and 0 < v < 1, "be in (0, 1)")
 
 
-main = cli_flags.task_main(distance_task.DistanceConfig, distance_task.run)
+main = cli_flags.task_main(distance_task.DistanceConfig, distance_task.run,
+                           step=lambda c: f"distance_{c.mode}")
 
 
 if __name__ == "__main__":

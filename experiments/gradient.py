@@ -96,6 +96,11 @@ def main(argv):
                             results_lib.config_record(config), seed=config.seed)
   result = gradient.run(plan, checkpoint=write)
   gradient_report.write_outputs(out_dir, plan, result, write)
+  if config.normalizer == "softmax":  # the paper's claims are about softmax
+    from limits.claims import step_report
+
+    step_report.print_run("gradient" if config.source == "model" else "gradient_synthetic",
+                          out_dir)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ Two sources of (weights, vectors):
   windows).
 
 Writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
-``results.json`` with the Figure 3 verdicts. Per-N (sphere) or per-layer (model) results are
+``results.json`` with the measurements (the claims it decides are printed from limits.claims). Per-N (sphere) or per-layer (model) results are
 written as they finish, so an interrupted run keeps them.
 
   python -m experiments.separability --source=sphere --out_dir=results/separability/sphere
@@ -84,6 +84,9 @@ def main(argv):
   t0 = time.perf_counter()
   separability_task.run(config, out_dir, ns)
   print(f"separability ({config.source}): wrote {out_dir} in {time.perf_counter() - t0:.1f} s")
+  from limits.claims import step_report
+
+  step_report.print_run(f"separability_{config.source}", out_dir)
 
 
 if __name__ == "__main__":

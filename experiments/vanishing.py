@@ -12,7 +12,7 @@ weight nor an overflowing band can fake a result. The band is the one of
 (tests check that the two agree). Per head the last query
 (which sees all L keys) gives max α·L and min α·L, plotted against L with the band.
 
-Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` (verdicts).
+Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` (measurements; the claims it decides are printed from limits.claims).
 
   python -m experiments.vanishing --out_dir=results/vanishing
 
@@ -45,7 +45,8 @@ def define_flags() -> None:
               "be in [0, 300] (e^{2a} must stay finite)")
 
 
-main = cli_flags.task_main(vanishing.VanishingConfig, vanishing.run)
+main = cli_flags.task_main(vanishing.VanishingConfig, vanishing.run,
+                           step=lambda c: "vanishing")
 
 
 if __name__ == "__main__":

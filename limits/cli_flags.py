@@ -79,15 +79,22 @@ def config_from_flags(config_cls: type) -> Any:
   return config_cls(**{f.name: fv[f.name].value for f in dataclasses.fields(config_cls)})
 
 
-def task_main(config_cls: type, run: Callable[[Any], object]) -> Callable[[Sequence[str]], None]:
+def task_main(config_cls: type, run: Callable[[Any], object],
+              step: Callable[[Any], str] | None = None) -> Callable[[Sequence[str]], None]:
   """``main`` for a CLI over one task: the config from the flags, float64 per its ``x64``, then
-  ``run(config)``, printing ``wrote <the folder run returns>``."""
+  ``run(config)``, printing ``wrote <the folder run returns>`` and, with ``step`` (config ->
+  the reproduction step name), the registry's verdicts on the claims that run measured."""
 
   def main(argv: Sequence[str]) -> None:
     del argv
     config = config_from_flags(config_cls)
     cli.setup_precision(config.x64)
-    print(f"wrote {run(config)}")
+    out = run(config)
+    print(f"wrote {out}")
+    if step is not None:
+      from limits.claims import step_report
+
+      step_report.print_run(step(config), out)
 
   return main
 

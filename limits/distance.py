@@ -17,7 +17,6 @@ each one concept, and re-exported here.
 - :mod:`limits.distance_model`: a model's layers → per-head statistics
   (:class:`ModelEvaluator`, :func:`record_vectors`, :class:`PrintedExpectations`) and the
   experiment's tables (:func:`tabulate`, :func:`add_head_means`).
-- :mod:`limits.distance_verdicts`: the Figure 2 claims (:func:`figure2_verdicts`).
 """
 
 from limits.distance_fast import (Thresholds, causal_blocks, default_blocks, layer_stats,
@@ -31,7 +30,6 @@ from limits.distance_rows import (FORMS, INCLUSIONS, MonteCarloEstimate, RowStat
                                   cumulative_distance, expected_distance, jensen_gap_bound,
                                   monte_carlo_distance, row_stats, selection_terms, sqrt0,
                                   theorem1_bound, top_n_rank, top_n_terms)
-from limits.distance_verdicts import figure2_verdicts
 
 _reduce_rows = reduce_rows  # the name tests/test_distance.py uses
 
@@ -40,7 +38,7 @@ __all__ = [
     "MonteCarloEstimate", "PrintedExpectations", "RowStats", "Thresholds", "TopN",
     "add_head_means", "causal_blocks", "check_form", "check_inclusion", "combine",
     "concat_heads", "default_blocks", "context_vector", "cumulative_distance", "expected_distance",
-    "figure2_verdicts", "head_stats", "jensen_gap_bound", "layer_stats", "monte_carlo_distance",
+    "head_stats", "jensen_gap_bound", "layer_stats", "monte_carlo_distance",
     "record_vectors", "reduce_rows", "reduce_windows", "row_stats", "selection_terms",
     "sort_rows", "sqrt0", "tabulate", "theorem1_bound", "thresholds", "thresholds_from_sorted",
     "token_means", "top_n_rank", "top_n_terms",

@@ -96,12 +96,63 @@ def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, 
       flush()
 
 
-def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush):
-  """critical_n: per L, the KS search for the smallest N that does not reject."""
+SCAN_HEADS, SCAN_DRAWS = 144, 5  # the paper's GPT-2 head count; seeded subsample draws
+
+
+def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: int = 0):
+  """The KS samples of Algorithm 3's ascending scan, as a function of a list of Ns.
+
+  Per N, the per-head token-averaged d̃ (AMBIG-1 ``form``) against E in two forms: ``printed``
+  (the paper's E, x̄ = Σ_j α_j x_j; limits.printed) and ``reconstructed`` (the Jensen main sum
+  the bisection tests), each on every head, on :data:`SCAN_DRAWS` seeded subsets of
+  :data:`SCAN_HEADS` heads (when the model has more) and on one seeded head per key/value group
+  (``_per_group``). Returns (pvalues_fn, sample description)."""
+  import numpy as np
+
+  from limits import distance_model, stats
+
+  c = model_config
+  heads = c.n_layer * c.n_head
+  subsets = stats.head_subsets(heads, SCAN_HEADS, SCAN_DRAWS, seed)
+  groups = stats.group_representatives(c.n_layer, c.n_head, getattr(c, "n_kv_head", c.n_head),
+                                       seed)
+
+  def pvalues(ns):
+    hook = distance_model.PrintedExpectations(ns)
+    st = evaluator.head_stats(tokens, ns, bound=False, dtype=evaluator.ks_dtype, layer_hook=hook)
+    means = distance_model.token_means(st)
+    d = np.asarray(means["d_sum" if form == "sum" else "d_norm"], np.float64)
+    forms = {"printed": np.asarray(hook.means()["expected_printed_output"], np.float64),
+             "reconstructed": np.asarray(means["expected"], np.float64)}
+    out: dict[str, list[float]] = {}
+    for k in range(len(ns)):
+      for name, e in forms.items():
+        out.setdefault(name, []).append(stats.ks_2samp(d[:, k], e[:, k]).pvalue)
+        for j, idx in enumerate(subsets):
+          out.setdefault(f"{name}_sub{SCAN_HEADS}_{j}", []).append(
+              stats.ks_2samp(d[idx, k], e[idx, k]).pvalue)
+        out.setdefault(f"{name}_per_group", []).append(
+            stats.ks_2samp(d[groups, k], e[groups, k]).pvalue)
+    return out
+
+  sample = {"heads": heads, "per_group_heads": len(groups), "seed": seed,
+            "subsets": (f"{len(subsets)} seeded draws of {SCAN_HEADS} of {heads} heads"
+                        if subsets else f"none: {heads} heads <= {SCAN_HEADS}, all used")}
+  return pvalues, sample
+
+
+def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush, model_config):
+  """critical_n: per L, the KS search for the smallest N that does not reject (``search``, the
+  reconstructed E), then Algorithm 3's ascending scan with both E forms (:func:`scan_pvalues`):
+  first passing N, pass windows and p along the scan, in results ``critical_scan``."""
+  import numpy as np_
+
+  from limits import stats
   from limits.progress import Progress
 
-  crit = {}
+  crit, scans = {}, {}
   state["critical"] = crit
+  state["critical_scan"] = scans
   with Progress(len(tokens_by_l), "distance critical_n", unit="L") as bar:
     for L, tokens in tokens_by_l.items():
       t0 = time.perf_counter()
@@ -116,6 +167,17 @@ def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush):
                         "decisions_monotone": found.decisions_monotone,
                         "pvalues_monotone": found.pvalues_monotone,
                         "seconds": state["timings"][f"L={L}"]})
+      t1 = time.perf_counter()
+      fn, sample = scan_pvalues(evaluator, tokens, model_config, form=config.form,
+                                seed=config.seed)
+      res = stats.ascending_scan(fn, 1, n_hi, alpha=config.ks_alpha, batch=config.batch,
+                                 until_closed=("printed", "reconstructed"))
+      scans[str(L)] = {"sample": sample, **{k: v.as_dict() for k, v in res.items()}}
+      subs = [v.first_pass for k, v in res.items() if k.startswith("printed_sub")]
+      scans[str(L)]["printed_sub_first_pass"] = {
+          "median": float(np_.median([n for n in subs if n])) if any(subs) else None,
+          "values": subs}
+      state["timings"][f"scan L={L}"] = time.perf_counter() - t1
       bar.update(1)
       flush()
 
@@ -128,7 +190,7 @@ def run(config: DistanceConfig):
   """
   import numpy as np
 
-  from limits import distance_model, distance_verdicts, records, sources
+  from limits import distance_model, records, sources
   from limits import results as res
 
   mode = config.mode
@@ -161,19 +223,23 @@ def run(config: DistanceConfig):
     res.write_csv(out_dir / "per_head.csv", per_head_rows) if per_head_rows else None
     res.write_csv(out_dir / "summary.csv", summary_rows) if summary_rows else None
     res.write_csv(out_dir / "critical_n.csv", crit_rows) if crit_rows else None
-    results = distance_verdicts.figure2_verdicts(mode, summary_rows, crit_rows, per_head_rows,
-                                                 form=config.form, ks_alpha=config.ks_alpha)
+    # Measurements only: limits.claims judges them (issue 26).
+    results = {"summary": summary_rows}
     results.update({"complete": final, "timings_s": state["timings"],
                     "wall_s": time.perf_counter() - t_start, "model": model.info(),
                     "critical_n": state.get("critical"), "ks": state.get("ks")})
+    if state.get("critical_scan") is not None:
+      results["critical_scan"] = state["critical_scan"]
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 
   if mode in ("vary_length", "vary_n"):
-    _bound_lengths(config, evaluator_on(records.store_from_env()), tokens_by_l, ns, model.config.n_head,
-                   model.config.n_layer, (per_head_rows, summary_rows, crit_rows), state, flush)
+    _bound_lengths(config, evaluator_on(records.store_from_env()), tokens_by_l, ns,
+                   model.config.n_head, model.config.n_layer,
+                   (per_head_rows, summary_rows, crit_rows), state, flush)
   else:
     with records.session_store() as store:  # every probe of the search re-reads the records
-      _critical_lengths(config, evaluator_on(store), tokens_by_l, crit_rows, state, flush)
+      _critical_lengths(config, evaluator_on(store), tokens_by_l, crit_rows, state, flush,
+                        model.config)
   flush(final=True)
   if config.plot:
     from limits.plotting import distance as plot_lib

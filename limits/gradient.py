@@ -21,9 +21,9 @@ labels name the options of docs/ambiguities.md) and :func:`run` measures:
 Synthetic source: ``rows`` rows of length ``length``, i.i.d. N(0, σ²) with σ = ``logit_scale``
 (:func:`synthetic_rows`, shared with the ``gradient`` sweep kind), all visible. Model source:
 ``limits.sources.model_logit_rows`` (raw q·k of every layer, head and query with the causal
-mask). The measurements at one temperature: :mod:`limits.gradient_rows`; verdicts, the table
-and the output files: :mod:`limits.gradient_report`. The claims these verdicts test are listed
-in docs/claims.md.
+mask). The measurements at one temperature: :mod:`limits.gradient_rows`; the table and the
+output files: :mod:`limits.gradient_report`. The run records measurements only; the claims
+(docs/claims.md) are judged by ``limits.claims``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from limits import cli, gradient_report
+from limits import cli
 from limits.errors import LimitsError
 from limits.gradient_rows import (lemma2_all_rows, row_norms, row_range_and_count,
                                   run_temperature, synthetic_rows)
@@ -93,7 +93,7 @@ class Plan:
 class Result:
   """What :func:`run` measured: the results block and the per-row records."""
 
-  results: dict  # results.json "results" (complete=True), verdicts included
+  results: dict  # results.json "results" (complete=True): measurements only
   summaries: list[dict]  # one per temperature
   per_row: list[dict]  # one per (T, exact row)
   seconds: float
@@ -281,8 +281,6 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
            "sampling": sampling, "temperatures": temps, "epsilons": epsilons, "length": L,
            "n_rows": int(rows.shape[0]), "per_temperature": summaries,
            "temperatures_done": len(summaries), "complete": complete, "seconds": seconds}
-    if summaries:
-      res.update(gradient_report.findings(summaries, name, epsilons))
     return res
 
   # The rows go to the device once; every statistic below runs there (jitted, L2-sized chunks)

@@ -1,16 +1,13 @@
-"""Verdicts, table and output files of the gradient experiment (Lemma 2, Corollary 3, Fig. 4).
+"""Table and output files of the gradient experiment (Lemma 2, Corollary 3, Fig. 4).
 
-:func:`findings` turns the per-temperature summaries of :func:`limits.gradient.run` into
-verdicts on Corollary 3 as printed (min{1/(4T), √2}), the tight bound 1/(2T), Lemma 2's bound,
-the simplex-diameter bound on g(T, ε) (Algorithm 5) and Figure 4's two claims
-(``limits.sensitivity.figure4_verdicts``); the claims are listed in docs/claims.md.
 :func:`write_outputs` prints the table and writes results.json, gradient.csv (one line per T),
-rows.csv (one line per T and exact row) and gradient.png (Figure 4 style).
+rows.csv (one line per T and exact row) and gradient.png (Figure 4 style). The run records
+measurements only; ``limits.claims`` judges Corollary 3, Lemma 2, g ≤ √2/ε and Figure 4's
+claims from them (docs/claims.md), and the CLI prints those verdicts.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 
@@ -39,67 +36,6 @@ def format_table(summaries, epsilons, name) -> str:
   widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)]
   fmt = lambda r: "  ".join(x.rjust(w) for x, w in zip(r, widths))
   return "\n".join([fmt(head)] + [fmt(r) for r in lines])
-
-
-def findings(summaries, name, epsilons) -> dict:
-  """{"verdicts": [...]}: Corollary 3 (printed and tight), Lemma 2, g ≤ √2/ε, Figure 4."""
-  from limits import sensitivity
-  from limits.results import verdict
-
-  out = []
-  if name == "softmax":
-    cex = [s["counterexample"] for s in summaries]
-    max_random = max(s["all_rows_max_T_norm"] for s in summaries)
-    # A NaN/inf norm makes every comparison False: the verdict would silently read "holds".
-    bad = [s["T"] for s in summaries
-           if s["all_rows_nonfinite_norm"] or not math.isfinite(s["max_norm"])
-           or not math.isfinite(s["counterexample"]["T_norm"])]
-    nan_reason = (f"non-finite Jacobian norms at T = {', '.join(f'{t:g}' for t in bad)} "
-                  "(outside the dtype's range)") if bad else ""
-    out.append(verdict(
-        "Corollary 3 as printed: ||d softmax(l/T)/dl||_2 <= min{1/(4T), sqrt 2}",
-        None if bad else not any(c["exceeds_paper"] for c in cex) and not any(
-            s["all_rows_n_exceed_paper"] for s in summaries),
-        {"counterexample_max_T_norm": max(c["T_norm"] for c in cex),
-         "temperatures_violated_by_counterexample": sum(c["exceeds_paper"] for c in cex),
-         "temperatures": len(cex),
-         "data_rows_exceeding_paper": sum(s["all_rows_n_exceed_paper"] for s in summaries),
-         "data_row_T_pairs_checked": sum(s["all_rows"] for s in summaries),
-         "max_T_norm_data_rows": max_random},
-        detail="two tied top logits give exactly 1/(2T); only each entry of J is <= 1/(4T)",
-        reason=nan_reason))
-    out.append(verdict(
-        "tight spectral bound ||J||_2 <= 1/(2T)",
-        None if bad else not any(s["n_exceed_tight"] or s["all_rows_n_exceed_tight"]
-                                 for s in summaries),
-        {"max_T_norm": max(max(s["max_T_norm"], s["all_rows_max_T_norm"],
-                               s["counterexample"]["T_norm"]) for s in summaries)},
-        reason=nan_reason))
-    pairs = sum(s["all_rows"] for s in summaries)
-    finite = sum(s["all_rows_lemma2_finite"] for s in summaries)
-    over = sum(s["all_rows_n_exceed_lemma2"] + s["n_exceed_lemma2"] for s in summaries)
-    l2_holds = (False if over else None if bad or 2 * finite < pairs else True)
-    out.append(verdict(
-        "Lemma 2 bound (reconstructed) holds for softmax rows", l2_holds,
-        {"rows_exceeding": over, "row_T_pairs": pairs, "row_T_pairs_with_finite_bound": finite},
-        detail="every (row, T) pair's exact norm against the bound where the bound is a finite "
-        "number; not testable when it is infinite (min F underflows) on half the pairs or more",
-        reason="" if l2_holds is not None else nan_reason or
-        f"the bound overflows to infinity on {pairs - finite} of {pairs} (row, T) pairs: it "
-        "constrains nothing there"))
-  simplex = name not in ("sa_softmax",)
-  out.append(verdict(
-      "g(T, eps) <= sqrt(2)/eps (simplex diameter)",
-      (not any(s["g"][f"{e:g}"]["n_above_sqrt2_over_eps"] for s in summaries for e in epsilons))
-      if simplex else None,
-      {f"{e:g}": sum(s["g"][f"{e:g}"]["n_above_sqrt2_over_eps"] for s in summaries)
-       for e in epsilons},
-      reason="" if simplex else "sa_softmax is not a probability vector"))
-  out += sensitivity.figure4_verdicts(
-      [s["T"] for s in summaries],
-      {f"{e:g}": [s["g"][f"{e:g}"]["paper_stat"] for s in summaries] for e in epsilons})
-  return {"verdicts": out}
-
 
 
 def legend(source: str) -> str:

@@ -288,19 +288,15 @@ def row(a: claims.Assessment, out: Optional[Path] = None) -> dict[str, Any]:
   if c.figure and out is not None and (Path(out) / c.step / c.figure).exists():
     fig = f"{c.step}/{c.figure}"
   measured, sample = a.default.measured, a.default.sample
-  if a.default.status not in (claims.HOLDS, claims.FAILS):
-    # The default reading could not be judged: show the first reading that could, named.
-    lab, v = next(((lab, v) for lab, v in a.readings if v.status in (claims.HOLDS, claims.FAILS)),
-                  ("", a.default))
-    if lab:
-      measured, sample = f"{lab}: {v.measured}", v.sample or sample
   return {
       "id": c.id, "kind": c.kind, "where": c.where, "words": c.words, "setting": c.setting,
       "criterion": c.criterion, "step": c.step, "derived_from": list(c.derived_from),
-      "verdict": a.verdict, "label": a.label, "measured": measured,
+      "verdict": a.verdict, "label": a.label, "robust": a.robust, "measured": measured,
       "reason": a.default.reason, "sample": sample, "figure": fig,
+      "vacuous": a.default.vacuous, "evidence": c.evidence, "evidence_why": c.evidence_why,
       "readings": [{"reading": lab, "verdict": v.status, "measured": v.measured,
-                    "reason": v.reason} for lab, v in a.readings],
+                    "reason": v.reason, "vacuous": v.vacuous,
+                    "excluded": dict(a.excluded).get(lab, "")} for lab, v in a.readings],
   }
 
 
@@ -314,21 +310,59 @@ def _cell(text: str, limit: int = 220) -> str:
 
 def _verdict_cell(r: Mapping[str, Any]) -> str:
   v = f"**{r['verdict']}**"
-  label = r["label"] or ""
-  if label.startswith(r["verdict"]):
-    v += label[len(r["verdict"]):]
-  elif label:
-    v += f": {label}"
+  if r["verdict"] not in (claims.HOLDS, claims.FAILS) and r["label"]:
+    v += f": {r['label']}"
   if r["derived_from"]:
     v += f" (derived from {', '.join(r['derived_from'])}; not counted)"
   return _cell(v, 400)
+
+
+def _robust_cell(r: Mapping[str, Any]) -> str:
+  if r["verdict"] not in (claims.HOLDS, claims.FAILS):
+    return "—"
+  return _cell(r["label"], 300)
 
 
 def _measured_cell(r: Mapping[str, Any]) -> str:
   m = r["measured"] or (r["reason"] if r["verdict"] != claims.NOT_RUN else "")
   if r["sample"]:
     m += f" [{r['sample']}]"
-  return _cell(m, 300)
+  if r.get("vacuous"):
+    m += f" (not counted, decided by mathematics: {r['vacuous']})"
+  return _cell(m, 600)
+
+
+MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct (GGUF, Q4_1 weights)",
+               "tiny": "the embedded 4-layer model"}
+
+
+def model_name(spec: str) -> str:
+  """The checkpoint as it is: SmolLM2-135M-Instruct with its Q4_1 GGUF weights for ``smollm2``,
+  the embedded 4-layer model for ``tiny``; any other spec as given."""
+  return MODEL_NAMES.get(spec, f"`{spec}`")
+
+
+def tally_lines(rows: Sequence[Mapping[str, Any]], tally: Mapping[str, int]) -> list[str]:
+  """The tally of the paper's empirical claims (primary verdicts), the count robust to every
+  admissible reading, and the claims of the other evidence classes by class (never hidden)."""
+  counted = ", ".join(f"{n} {k}" for k, n in tally.items() if n)
+  own = [r for r in rows if r["kind"] == claims.PAPER and not r["derived_from"]]
+  emp = [r for r in own if r.get("evidence", claims.EMPIRICAL) == claims.EMPIRICAL
+         and r["verdict"] in (claims.HOLDS, claims.FAILS)]
+  robust = sum(r.get("robust") is True for r in emp)
+  out = [f"Paper's claims: {counted or 'none assessed'} (empirical on this model, primary "
+         "reading; a claim derived from another's measurement is not counted twice; the suite's "
+         "own findings are in their own table).",
+         f"Of the {len(emp)} judged, {robust} keep their verdict under every admissible reading "
+         "(the robustness column names the reading that flips the others)."]
+  for ev, words in claims.EVIDENCE.items():
+    if ev == claims.EMPIRICAL:
+      continue
+    xs = [r for r in own if r.get("evidence") == ev]
+    if xs:
+      out.append(f"Not counted, {words}: " + ", ".join(f"`{r['id']}` {r['verdict']}"
+                                                       for r in xs) + ".")
+  return out
 
 
 def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, Mapping[str, Any]],
@@ -336,20 +370,22 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
                   tally: Mapping[str, int]) -> str:
   """report.md: the paper's claims (tally), the suite's findings, every reading of the claims
   that have readings, the ambiguity options, failed steps and the step commands."""
-  counted = ", ".join(f"{n} {k}" for k, n in tally.items() if n)
   lines = [
       "# Reproduction of arXiv 2508.17821: verdict per claim", "",
-      f"Model: `{settings.model}`; settings: {'quick' if settings.quick else 'paper'}; "
+      f"Model: {model_name(settings.model)}; settings: {'quick' if settings.quick else 'paper'}; "
       f"seed {settings.seed}; wall time {seconds:.0f} s."
       + (f" Lengths are clipped to the model's context (n_positions = {ctx})." if ctx else ""),
-      f"Paper's claims: {counted or 'none assessed'} (a claim derived from another's "
-      "measurement is not counted twice; the suite's own findings are in their own table).", "",
-      "Criteria, thresholds and the reason for each are in docs/claims.md. A verdict holds or "
-      "fails *under every reading* of the ambiguities it depends on, or *depends* on one.", "",
+      *tally_lines(rows, tally), "",
+      "Criteria, thresholds and the reason for each are in docs/claims.md. The verdict is the "
+      "primary reading's (the documented default of each ambiguity); *Robustness* says whether "
+      "every admissible reading gives the same verdict or names the one that flips it. Readings "
+      "excluded for a claim (with the reason, docs/claims.md) change neither. *Evidence*: "
+      "empirical on this model, mathematical (any input passes), by construction, or "
+      "model-free (the sphere steps and synthetic rows do not use the model).", "",
       "## The paper's claims", "",
       "| # | id | Where | Paper's claim | Criterion | "
-      "Measured (default reading unless named) [sample] | Verdict | Figure |",
-      "|---|---|---|---|---|---|---|---|",
+      "Measured (primary reading) [sample] | Verdict | Robustness | Evidence | Figure |",
+      "|---|---|---|---|---|---|---|---|---|---|",
   ]
 
   def table(kind):
@@ -357,24 +393,28 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
     for i, r in enumerate((r for r in rows if r["kind"] == kind), 1):
       fig = f"[{Path(r['figure']).name}]({r['figure']})" if r["figure"] else "—"
       out.append(f"| {i} | `{r['id']}` | {_cell(r['where'])} | {_cell(r['words'])} | "
-                 f"{_cell(r['criterion'])} | {_measured_cell(r)} | {_verdict_cell(r)} | {fig} |")
+                 f"{_cell(r['criterion'])} | {_measured_cell(r)} | {_verdict_cell(r)} | "
+                 f"{_robust_cell(r)} | {r.get('evidence', claims.EMPIRICAL)} | {fig} |")
     return out
 
   lines += table(claims.PAPER)
   lines += ["", "## The suite's own findings (not claims of the paper)", "",
             "| # | id | Where | Statement | Criterion | "
-            "Measured (default reading unless named) [sample] | Verdict | Figure |",
-            "|---|---|---|---|---|---|---|---|"]
+            "Measured (primary reading) [sample] | Verdict | Robustness | Evidence | Figure |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
   lines += table(claims.FINDING)
   multi = [r for r in rows if len(r["readings"]) > 1]
   if multi:
-    lines += ["", "## Every reading", ""]
+    lines += ["", "## Every reading (the first is the primary one)", ""]
     for r in multi:
       lines.append(f"- `{r['id']}`:")
       for x in r["readings"]:
         lines.append(f"  - {x['reading']}: **{x['verdict']}**"
                      + (f", {_cell(x['measured'], 200)}" if x["measured"] else "")
-                     + (f" ({_cell(x['reason'], 200)})" if x["reason"] else ""))
+                     + (f" ({_cell(x['reason'], 200)})" if x["reason"] else "")
+                     + (f"; not counted: {_cell(x['vacuous'], 300)}" if x.get("vacuous") else "")
+                     + (f" — excluded for this claim: {_cell(x['excluded'], 300)}"
+                        if x.get("excluded") else ""))
   lines += ["", "## Ambiguity options (the first named is the default)", ""]
   lines += [f"- {k}: {v}" for k, v in claims.AMBIGUITIES.items()]
   failed = {n: st for n, st in step_status.items() if st.get("status") != "ok"}

@@ -381,16 +381,3 @@ def config_record(config: Any) -> dict[str, Any]:
   :data:`EXECUTION_FIELDS` (they change how a run executes, not what it computes)."""
   return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
           if f.name not in EXECUTION_FIELDS}
-
-
-
-def verdict(claim: str, holds: bool | None, measured: Any, *, detail: str = "",
-            reason: str = "") -> dict[str, Any]:
-  """One per-claim verdict record: holds (True/False) or None = not testable here (reason)."""
-  status = "not testable" if holds is None else ("holds" if holds else "fails")
-  out = {"claim": claim, "verdict": status, "measured": measured}
-  if detail:
-    out["detail"] = detail
-  if reason:
-    out["reason"] = reason
-  return out

@@ -13,7 +13,8 @@ below, each one concept, and re-exported here.
   :func:`monte_carlo_detail`).
 - :mod:`limits.separability_model`: one model layer's heads (:func:`layer_sums`,
   :func:`normalize_to_sphere`, :func:`sort_rows_host`).
-- :mod:`limits.separability_verdicts`: the Figure 3 claims (:func:`figure3_verdicts`) and
+- :mod:`limits.separability_summary`: Figure 3's per-N summary over heads
+  (:func:`figure3_summary`, measurements only; ``limits.claims`` judges them) and
   :func:`multi_head_coverage`.
 """
 
@@ -25,11 +26,11 @@ from limits.separability_rows import (RULES, RowStats, count_distinguishable,
                                       theorem2_bounds, top_n_mask, xi)
 from limits.separability_sphere import (ALPHA_KINDS, STAT_NAMES, MonteCarlo, monte_carlo,
                                         monte_carlo_detail, sphere_points, synthetic_alpha)
-from limits.separability_verdicts import figure3_verdicts, multi_head_coverage
+from limits.separability_summary import figure3_summary, multi_head_coverage
 
 __all__ = [
     "ALPHA_KINDS", "LAYER_FIELDS", "RULES", "STAT_NAMES", "MonteCarlo", "RowStats",
-    "count_distinguishable", "figure3_verdicts", "layer_sums", "min_pairwise_distance",
+    "count_distinguishable", "figure3_summary", "layer_sums", "min_pairwise_distance",
     "monte_carlo", "monte_carlo_detail", "multi_head_coverage", "normalize_to_sphere",
     "prefix_min_pairwise_distance", "ranks", "row_stats", "separable_fraction", "sort_desc",
     "sort_rows_host", "sphere_points", "synthetic_alpha", "theorem2_bounds", "top_n_mask", "xi",

@@ -3,7 +3,7 @@
 :class:`SeparabilityConfig` holds one run's settings (the CLI's flags, same names and
 defaults); :func:`grid` validates the N grid (before JAX starts) and :func:`run` computes and
 writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
-``results.json`` with the Figure 3 verdicts (docs/claims.md). Per-N (sphere) or per-layer
+``results.json`` with the measurements the claims read (``limits.claims`` judges them). Per-N (sphere) or per-layer
 (model) results are written as they finish, so an interrupted run keeps them.
 
 - ``source="sphere"``: ``heads`` synthetic weight rows over L tokens with fresh points uniform
@@ -72,20 +72,18 @@ def _write(config, out_dir, rows, ns_done, frac, lower, upper, stderr, heads, me
   import numpy as np
 
   from limits import results as res
-  from limits import separability_verdicts
+  from limits import separability_summary
 
   res.write_csv(out_dir / "per_head.csv", rows)
   results = dict(meta)
   results["complete"] = final
   if ns_done:
-    verdicts, summary = separability_verdicts.figure3_verdicts(
-        ns_done, np.asarray(frac), np.asarray(lower), np.asarray(upper),
-        stderr=None if stderr is None else np.asarray(stderr), heads=heads)
+    summary = separability_summary.figure3_summary(
+        ns_done, np.asarray(frac), np.asarray(lower), np.asarray(upper))
     srows = [{k: (v[i] if hasattr(v, "__len__") else v) for k, v in summary.items()}
              for i in range(len(ns_done))]
     res.write_csv(out_dir / "summary.csv", srows)
     results["summary"] = summary
-    results["verdicts"] = verdicts
     if final and config.plot:
       from limits.plotting import separability as splot
 

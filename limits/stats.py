@@ -12,6 +12,14 @@ Two search methods over the integers [n_min, n_max]:
   the critical N, not reject from it on). Every probed (N, p) is recorded and the result says
   whether the recorded decisions (and the p-values themselves) were monotone in N; if the
   decisions were not monotone the assumption is refuted and the answer may differ from a scan.
+
+Algorithm 3 as the paper runs it is an ascending loop over N that stops at the first N whose
+test does not reject. :func:`ascending_scan` runs that loop for several KS samples at once (the
+E forms, head subsamples; :func:`head_subsets`, :func:`group_representatives`) and keeps going
+until each named sample's first *pass window* (a run of consecutive passing N) has closed, so a
+decision that is not monotone in N (passes, then rejects again) is seen, not assumed away:
+:func:`pass_windows`. The bisection is only valid where the decisions are monotone, which a
+scan can refute and nothing here proves.
 """
 
 from __future__ import annotations
@@ -70,6 +78,16 @@ def _summarise(evaluated: dict, alpha: float, method: str, n: int | None) -> Cri
   return CriticalN(n, float(alpha), method, {k: evaluated[k] for k in ns}, dec_mono, p_mono)
 
 
+def _check_search(alpha: float, n_min: int, n_max: int, batch: int) -> None:
+  """One-line errors for a search's level, N range and batch."""
+  if not 0 < alpha < 1:
+    raise LimitsError(f"alpha={alpha} must be in (0, 1)")
+  if n_min < 1 or n_max < n_min:
+    raise LimitsError(f"N range [{n_min}, {n_max}] is empty or starts below 1")
+  if batch < 1:
+    raise LimitsError(f"batch={batch} must be positive")
+
+
 def critical_n(pvalue_fn: Callable[[Sequence[int]], Sequence[float]], n_min: int, n_max: int, *,
                alpha: float = 0.01, method: str = "bisect", batch: int = 8) -> CriticalN:
   """Smallest N in [n_min, n_max] with p-value > alpha.
@@ -81,12 +99,7 @@ def critical_n(pvalue_fn: Callable[[Sequence[int]], Sequence[float]], n_min: int
   """
   if method not in ("scan", "bisect"):
     raise LimitsError(f"method={method!r} is not one of ('scan', 'bisect')")
-  if not 0 < alpha < 1:
-    raise LimitsError(f"alpha={alpha} must be in (0, 1)")
-  if n_min < 1 or n_max < n_min:
-    raise LimitsError(f"N range [{n_min}, {n_max}] is empty or starts below 1")
-  if batch < 1:
-    raise LimitsError(f"batch={batch} must be positive")
+  _check_search(alpha, n_min, n_max, batch)
   evaluated: dict[int, float] = {}
 
   def probe(ns):
@@ -126,6 +139,102 @@ def critical_n(pvalue_fn: Callable[[Sequence[int]], Sequence[float]], n_min: int
       lo = ns[-1]
   n = hi if hi <= n_max else None
   return _summarise(evaluated, alpha, method, n)
+
+
+def pass_windows(evaluated: dict, alpha: float) -> list[tuple[int, int]]:
+  """Maximal runs [a, b] of consecutive integers N (all evaluated) whose p-value > alpha."""
+  out: list[tuple[int, int]] = []
+  for n in sorted(evaluated):
+    if not indistinguishable(evaluated[n], alpha):
+      continue
+    if out and out[-1][1] == n - 1:
+      out[-1] = (out[-1][0], n)
+    else:
+      out.append((n, n))
+  return out
+
+
+class Scan(NamedTuple):
+  """An ascending scan of one KS sample: ``first_pass`` (the paper's critical N: the first N
+  that does not reject; None if none did), its pass ``windows``, every ``evaluated`` (N, p)
+  and whether the decisions were monotone over the scanned N."""
+
+  first_pass: int | None
+  windows: list
+  evaluated: dict
+  alpha: float
+  decisions_monotone: bool
+
+  def as_dict(self):
+    return {"critical_n": self.first_pass, "alpha": self.alpha, "method": "ascending scan",
+            "windows": [list(w) for w in self.windows],
+            "evaluated": {int(k): float(v) for k, v in self.evaluated.items()},
+            "decisions_monotone": self.decisions_monotone}
+
+
+def ascending_scan(pvalues_fn: Callable[[Sequence[int]], dict], n_min: int, n_max: int, *,
+                   alpha: float = 0.01, batch: int = 8,
+                   until_closed: Sequence[str] = (), confirm: int = 16) -> dict[str, Scan]:
+  """Algorithm 3's loop N = n_min, n_min + 1, … for several KS samples at once.
+
+  Args:
+    pvalues_fn: a list of Ns (at most ``batch``) -> {sample name: their p-values}.
+    until_closed: the samples whose first pass window must settle before the scan stops: it
+      closed (a rejection after a pass) or stayed open for ``confirm`` consecutive N (then it
+      is reported open at its last N scanned); the others are recorded along. Every sample's
+      scan ends at n_max.
+
+  Returns {sample name: :class:`Scan`}: each sample's first pass and windows over the Ns scanned
+  (a window still open at the last N scanned may extend beyond it).
+  """
+  _check_search(alpha, n_min, n_max, batch)
+  evaluated: dict[str, dict[int, float]] = {}
+
+  def closed(name: str) -> bool:
+    ev = evaluated.get(name, {})
+    wins = pass_windows(ev, alpha)
+    return bool(wins) and (wins[0][1] < max(ev) or wins[0][1] - wins[0][0] + 1 >= confirm)
+
+  start = n_min
+  while start <= n_max:
+    ns = list(range(start, min(start + batch, n_max + 1)))
+    got = pvalues_fn(ns)
+    for name, ps in got.items():
+      ps = list(ps)
+      if len(ps) != len(ns):
+        raise ValueError(f"pvalues_fn returned {len(ps)} values of {name!r} for {len(ns)} Ns")
+      evaluated.setdefault(name, {}).update({n: float(p) for n, p in zip(ns, ps)})
+    start += batch
+    if until_closed and all(closed(name) for name in until_closed):
+      break
+  out = {}
+  for name, ev in evaluated.items():
+    wins = pass_windows(ev, alpha)
+    out[name] = Scan(wins[0][0] if wins else None, wins, dict(sorted(ev.items())), float(alpha),
+                     _summarise(ev, alpha, "scan", None).decisions_monotone)
+  return out
+
+
+def head_subsets(n_heads: int, size: int = 144, draws: int = 5, seed: int = 0) -> list:
+  """``draws`` seeded subsets of ``size`` head indices (without replacement, sorted), so a KS
+  sample has the paper's GPT-2 head count (12 layers × 12 heads = 144); [] when there are no
+  more than ``size`` heads (every head is used, nothing to subsample)."""
+  if n_heads <= size:
+    return []
+  rng = np.random.default_rng(seed)
+  return [np.sort(rng.choice(n_heads, size, replace=False)) for _ in range(draws)]
+
+
+def group_representatives(n_layer: int, n_head: int, n_kv_head: int, seed: int = 0):
+  """One seeded head per (layer, key/value group), layer-major indices: heads of one group share
+  their values (GQA), so per-head samples within a group are not independent; a KS on one head
+  per group is. With n_kv_head = n_head every head is its own group (all heads)."""
+  if n_kv_head < 1 or n_head % n_kv_head:
+    raise LimitsError(f"n_head={n_head} is not a multiple of n_kv_head={n_kv_head}")
+  per = n_head // n_kv_head
+  rng = np.random.default_rng(seed)
+  return np.asarray([layer * n_head + g * per + int(rng.integers(per))
+                     for layer in range(n_layer) for g in range(n_kv_head)])
 
 
 def fit_ratio(ls, ns) -> dict:

@@ -7,8 +7,8 @@ e^{−2Δ/T} ≤ α_i·t ≤ e^{2Δ/T}, Δ = ‖q_t‖ · max_{i≤t} ‖k_i‖ 
 (``limits.bounds.corollary1_causal_check``). Per head the last query (which sees all L keys)
 gives max α·L and min α·L. Lemma 1 itself is checked on synthetic bounded logits
 (``limits.bounds.lemma1_check``). :func:`run` writes ``per_head.csv``, ``summary.csv``,
-``vanishing.png`` and ``results.json`` with the verdicts (docs/claims.md), rewritten after
-every L.
+``vanishing.png`` and ``results.json`` with the measurements the claims read (no verdicts:
+``limits.claims`` judges them, docs/claims.md), rewritten after every L.
 """
 
 from __future__ import annotations
@@ -35,55 +35,43 @@ class VanishingConfig:
   lemma1_a: float = 4.0  # logit bound a of the synthetic Lemma 1 check
 
 
-def lemma1_verdict(a: float, lengths, seed: int) -> dict:
-  """Lemma 1 on synthetic logits uniform on [-a, a], F = exp and softplus, every L."""
+def lemma1_synthetic(a: float, lengths, seed: int) -> dict:
+  """Lemma 1 on synthetic logits uniform on [-a, a], F = exp and softplus, every L
+  (limits.bounds.lemma1_check: 256 rows plus the two extreme rows per L, float64; the extreme
+  rows approach C2): per F, C2, violations, rows checked and max α·L at the largest L."""
   import numpy as np
 
   from limits import bounds
-  from limits import results as res
 
   fs = {"exp": np.exp, "softplus": lambda x: np.logaddexp(0.0, x)}
   l1 = {name: bounds.lemma1_check(F, a, lengths, seed=seed) for name, F in fs.items()}
-  return res.verdict(
-      f"Lemma 1 on bounded logits: C1/L <= α_i <= C2/L for every L (synthetic, a = "
-      f"{a:g})", all(r["violations"] == 0 for r in l1.values()),
-      {name: {"C2": r["C2"], "violations": r["violations"], "checked": r["checked"],
-              "max_aL_at_largest_L": r["by_L"][max(lengths)]["max_aL"]}
-       for name, r in l1.items()},
-      detail="limits.bounds.lemma1_check: 256 rows uniform on [-a, a] plus the two extreme rows "
-      "per L, float64, F = exp (softmax) and softplus; the extreme rows approach C2")
+  return {name: {"C2": r["C2"], "violations": r["violations"], "checked": r["checked"],
+                 "max_aL_at_largest_L": r["by_L"][max(lengths)]["max_aL"]}
+          for name, r in l1.items()}
 
 
-def verdicts(per_head, summary, lemma1_synthetic) -> list[dict]:
-  """The Corollary 1 band verdict, Lemma 1 (synthetic) and the model's log-log slopes."""
+def measurements(per_head, summary) -> dict:
+  """What the claims read besides the tables (no verdicts: limits/claims judges them):
+  ``band`` (queries outside the Corollary 1 band, queries checked, the smallest log-space
+  margin to a band edge, natural log, >= 0 inside) and ``lemma1_slopes`` (log-log slopes
+  against L of the head medians of max α·L, min α·L and the band's upper edge; two lengths
+  needed)."""
   import numpy as np
 
-  from limits import results as res
   from limits import stats
 
-  viol = sum(r["violations"] for r in per_head)
-  checked = sum(r["queries"] for r in per_head)
-  out = [res.verdict(
-      "every attention weight lies in the Corollary 1 band (Δ = ‖q‖·max‖k_i‖, T = √d_head)",
-      viol == 0 if per_head else None,
-      {"violating_queries": viol, "queries_checked": checked,
-       "min_log_margin": min((r["min_log_margin"] for r in per_head), default=None)},
-      detail="log-space check over every window, layer, head and query; margin = distance "
-      "of log(α·t) to the nearest band edge (natural log, >= 0 means inside)",
-      reason="" if per_head else "no length finished")]
-  out.append(lemma1_synthetic)
+  out = {"band": {"violating_queries": sum(r["violations"] for r in per_head),
+                  "queries_checked": sum(r["queries"] for r in per_head),
+                  "min_log_margin": min((r["min_log_margin"] for r in per_head), default=None)}}
   if len(summary) >= 2:
     ls = np.log10([s["L"] for s in summary])
-    fit_max = stats.linear_fit(ls, [s["log10_max_median"] for s in summary])
-    fit_min = stats.linear_fit(ls, [s["log10_min_median"] for s in summary])
-    fit_band = stats.linear_fit(ls, [s["log10_band_upper_median"] for s in summary])
-    out.append(res.verdict(
-        "Lemma 1: α·L stays within L-independent constants (weights Θ(1/L))", None,
-        {"loglog_slope_median_max_aL": fit_max["slope"],
-         "loglog_slope_median_min_aL": fit_min["slope"],
-         "loglog_slope_median_band": fit_band["slope"]},
-        reason="Lemma 1 assumes logits bounded by a fixed a; on a model the logit range (and "
-        "so the constants) changes with L, so only the slopes are reported"))
+    out["lemma1_slopes"] = {
+        "loglog_slope_median_max_aL": stats.linear_fit(
+            ls, [s["log10_max_median"] for s in summary])["slope"],
+        "loglog_slope_median_min_aL": stats.linear_fit(
+            ls, [s["log10_min_median"] for s in summary])["slope"],
+        "loglog_slope_median_band": stats.linear_fit(
+            ls, [s["log10_band_upper_median"] for s in summary])["slope"]}
   return out
 
 
@@ -142,7 +130,7 @@ def run(config: VanishingConfig):
   T = model.native_temperature
   dtype = np.float64 if config.x64 else np.float32
   check_fn = jax.jit(bounds.corollary1_causal_check)
-  lemma1_synthetic = lemma1_verdict(config.lemma1_a, lengths, config.seed)
+  lemma1 = lemma1_synthetic(config.lemma1_a, lengths, config.seed)
   c = model.config
   per_head, summary, timings = [], [], {}
   t_start = time.perf_counter()
@@ -150,8 +138,8 @@ def run(config: VanishingConfig):
   def flush(final):
     res.write_csv(out_dir / "per_head.csv", per_head) if per_head else None
     res.write_csv(out_dir / "summary.csv", summary) if summary else None
-    results = {"verdicts": verdicts(per_head, summary, lemma1_synthetic), "summary": summary,
-               "complete": final, "timings_s": timings,
+    results = {**measurements(per_head, summary), "lemma1_synthetic": lemma1,
+               "lemma1_a": config.lemma1_a, "summary": summary, "complete": final, "timings_s": timings,
                "wall_s": time.perf_counter() - t_start, "model": model.info(),
                "band_source": "log-space, same Δ as limits.bounds.corollary1_band"}
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)

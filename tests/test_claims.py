@@ -88,12 +88,69 @@ def test_plateau_needs_growth_first_and_n20():
   assert judge("fig2b-plateau", vary_n({1: 1.0, 10: 2.0, 100: 2.1})) == NT   # no N = 20
 
 
-def test_plateau_reading_flips_give_depends():
+def test_excluded_reading_cannot_change_the_verdict():
+  # The norm of the sum is excluded for fig2b-plateau: a flip there changes nothing.
   rows = vary_n({1: 1.0, 20: 4.4, 100: 5.1})["rows"]
   for r in rows:
-    r["d_norm_mean"] = float(r["N"])  # the other d̃ form grows linearly
-  a = C.assess(C.BY_ID["fig2b-plateau"], {"rows": rows})
-  assert a.verdict == DEP and "AMBIG-1" in a.label
+    r["d_norm_mean"] = float(r["N"])  # the other d̃ form grows linearly (would fail)
+  a = C.assess(C.BY_ID["fig2b-plateau"], {"rows": rows},
+               {("AMBIG-7", "hidden"): {"rows": rows}})   # the keys reading is excluded too
+  assert a.verdict == H and a.robust is True and a.label == C.SAME
+  assert [lab for lab, _ in a.excluded] == [
+      lab for lab, v in a.readings if "‖Σ α_i x_i − s‖" in lab or "per-head key" in lab]
+  assert any(v.status == F for lab, v in a.readings if "‖Σ α_i x_i − s‖" in lab)
+  # The same flip under thm1-bound, where the norm of the sum is admissible, is named.
+  claim = C.BY_ID["thm1-bound"]
+  b = C.assess(claim, {"rows": [{"L": 32, "N": 5, "violations_sum": 0, "violations_norm": 3,
+                                 "rows_checked": 10}]})
+  assert (b.verdict, b.robust) == (H, False)
+  assert b.label.startswith("flips under AMBIG-1 (d̃ = ‖Σ α_i x_i − s‖): fails")
+
+
+def _two_axis_claim(flipper):
+  """fig2b-converge-derived (readings AMBIG-1, AMBIG-3, AMBIG-4) with a judge that fails only
+  when ``flipper`` takes its second option."""
+  claim = C.BY_ID["fig2b-converge-derived"]
+  second = {rd.ambig: rd.options[1][0] for rd in claim.readings}
+
+  def judge(s, r):
+    return C.Verdict(F if r[flipper] == second[flipper] else H, "measured")
+  return dataclasses.replace(claim, judge=judge)
+
+
+@pytest.mark.parametrize("flipper", ["AMBIG-1", "AMBIG-3", "AMBIG-4"])
+def test_robustness_names_only_the_flipping_ambiguity(flipper):
+  a = C.assess(_two_axis_claim(flipper), {})
+  assert a.verdict == H and a.robust is False
+  named = {x for x in ("AMBIG-1", "AMBIG-3", "AMBIG-4") if x in a.label}
+  assert named == {flipper}, a.label
+  # Two flipping combinations would be named if the flip needed both; here one suffices.
+  assert a.label.count(flipper) == 1
+
+
+def test_robustness_names_a_pair_only_when_the_pair_is_needed():
+  claim = C.BY_ID["fig2b-converge-derived"]
+
+  def judge(s, r):  # fails only with N/L and the Jensen bound together
+    return C.Verdict(F if (r["AMBIG-3"], r["AMBIG-4"]) == ("L", "jensen") else H)
+  a = C.assess(dataclasses.replace(claim, judge=judge), {})
+  assert a.robust is False and "AMBIG-3 (N/L) with AMBIG-4 (main sum + Jensen bound)" in a.label
+  assert "AMBIG-1" not in a.label
+
+
+def test_registry_refuses_excluding_the_primary_reading():
+  import tomllib
+  from importlib import resources
+  from limits.claims import registry
+  from limits.errors import LimitsError
+  data = tomllib.loads(resources.files("limits.claims").joinpath("claims.toml").read_text())
+  entry = next(c for c in data["claim"] if c["id"] == "fig2b-plateau")
+  entry["excluded"] = [["AMBIG-1", "sum", "no"]]
+  with pytest.raises(LimitsError, match="primary reading"):
+    registry.parse_registry(data)
+  entry["excluded"] = [["AMBIG-1", "norm", " "]]
+  with pytest.raises(LimitsError, match="without a reason"):
+    registry.parse_registry(data)
 
 
 def test_fig3_decline_then_saturates_and_still_declining():
@@ -150,10 +207,22 @@ def test_upper_tracking_uses_its_own_column():
   rows = [(4, 0.6, 0, 0.65, 0.95, 0), (4, 0.3, 0, 0.9, 0.9, 0),   # max head: 0.6, bound 0.65 / 0.95
           (8, 0.5, 0, 0.60, 0.60, 0)]
   s = per_head(rows)
-  assert judge("thm2-upper-derived", s) == H      # gaps 0.05, 0.10
-  assert judge("fig3-upper-tracks", s) == F       # printed gap 0.35 at N = 4
+  assert judge("thm2-upper-derived", s) == H      # gap 0.05 at N = 4 (N = 8: max < 0.507)
   below = per_head([(4, 0.7, 0, 0.65, 0.7, 0)])
   assert judge("thm2-upper-derived", below) == F  # N_s/N above its bound
+  # The printed bound is ≥ e^(−1/16) = 0.939 at M = 1: within 0.10 of a maximum below 0.839 it
+  # cannot be (cannot hold), above a maximum ≥ 0.90 by more than 0.10 it cannot be (cannot
+  # fail); only maxima in [0.839, 0.90) decide, and N = 1 never does.
+  v = C.judge_safely(C.BY_ID["fig3-upper-tracks"], s, {})
+  assert v.status == NT and "cannot hold" in v.reason
+  tight = per_head([(1, 1.0, 0, 1, 0.97, 0), (4, 0.85, 0, 1, 0.949, 0), (8, 0.95, 0, 1, 0.99, 0)])
+  loose = per_head([(4, 0.85, 0, 1, 0.96, 0)])    # gap 0.11
+  over = per_head([(4, 0.85, 0, 1, 0.949, 0), (8, 0.96, 0, 1, 0.95, 0)])  # 0.96 > its bound
+  assert judge("fig3-upper-tracks", tight) == H    # N = 1 (1.0 > 0.97) not counted
+  v = C.judge_safely(C.BY_ID["fig3-upper-tracks"], tight, {})
+  assert "N = 1" in v.vacuous and "cannot fail" in v.vacuous
+  assert judge("fig3-upper-tracks", loose) == F
+  assert judge("fig3-upper-tracks", over) == F
 
 
 def test_printed_upper_missing_is_not_testable_naming_the_field():
@@ -198,6 +267,8 @@ def test_fig4_inverse_t():
   inv = {"1e-3": [1 / t for t in TS], "0.1": [2 / t for t in TS]}
   flat = {"1e-3": [1 / t for t in TS], "0.1": [5.0 for _ in TS]}
   assert judge("fig4-inverse-t", {"T": TS, "g": inv}) == H
+  assert judge("fig4-inverse-t", {"T": TS, "g": flat}) == H  # ε = 0.1 at 5.0: impossible, left out
+  flat["0.1"] = [0.5 for _ in TS]                     # 0.5·(30)^0.75 = 6.4 < √2/0.1: decidable
   assert judge("fig4-inverse-t", {"T": TS, "g": flat}) == F
   # T^-0.75 is at the edge (slope within 0.25 of −1), T^-0.7 is not.
   assert judge("fig4-inverse-t", {"T": TS, "g": {"a": [t ** -0.75 for t in TS]}}) == H
@@ -211,7 +282,9 @@ def test_fig4_logit_convention_moves_the_threshold():
   s = {"T": TS, "g": g, "d_head": 1024}
   assert judge("fig4-inverse-t", s) == H
   assert judge("fig4-inverse-t", s, **{"AMBIG-12": "scaled"}) == F
-  assert C.assess(C.BY_ID["fig4-inverse-t"], s).verdict == DEP
+  a = C.assess(C.BY_ID["fig4-inverse-t"], s)
+  assert a.verdict == H and a.robust is False
+  assert a.label.startswith("flips under AMBIG-12 (T on q·k/√d_head): fails")
 
 
 def test_fig4_collapse():
@@ -246,7 +319,7 @@ def test_printed_expectation_uses_the_xbar_reading():
   assert judge("fig2a-linear-expected", s) == H
   assert judge("fig2a-linear-expected", s, **{"AMBIG-17": "mean"}) == F
   a = C.assess(C.BY_ID["fig2a-linear-expected"], s)
-  assert a.verdict == DEP and "AMBIG-17" in a.label
+  assert a.verdict == H and a.robust is False and "AMBIG-17" in a.label
 
 
 def test_converge_and_tightens():
@@ -278,21 +351,46 @@ def critical(by_l, alpha=0.01):
   return {L: {"critical_n": n, "alpha": alpha, "evaluated": ev} for L, (n, ev) in by_l.items()}
 
 
+def scanned(printed, reconstructed):
+  """A step summary with Algorithm 3's ascending scan for both E forms (L -> entry)."""
+  return {"critical_scan": {L: {"printed": printed[L], "reconstructed": reconstructed[L]}
+                            for L in printed}, "heads": 144}
+
+
 def test_critical_n_band_and_alpha_reading():
   # L = 100: p-values by N; at α = 0.01 critical N = 6 (0.06 L, holds); at α = 0.05 the last
   # N evaluated with p <= 0.05 is 15 and the first above is 20: N_crit in 16..20 (0.16–0.20 L,
   # outside [0.03, 0.12]: fails).
   ev = {"3": 0.001, "5": 0.005, "6": 0.02, "10": 0.03, "15": 0.04, "20": 0.2}
   s = {"critical": critical({"100": (6, ev)}), "heads": 144}
-  assert judge("fig2c-critical-n", s) == H
-  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
-  assert C.assess(C.BY_ID["fig2c-critical-n"], s).verdict == DEP
+  rec = {"AMBIG-18": "reconstructed"}
+  assert judge("fig2c-critical-n", s, **rec) == H            # the bisection (a run before #28)
+  assert judge("fig2c-critical-n", s, **rec, **{"AMBIG-9": "0.05"}) == F
+  assert judge("fig2c-critical-n", s) == NT   # the printed E needs the ascending scan
+  both = scanned(critical({"100": (6, ev)}), critical({"100": (6, ev)}))
+  a = C.assess(C.BY_ID["fig2c-critical-n"], both)
+  assert (a.verdict, a.robust) == (H, False) and a.label.startswith("flips under AMBIG-9")
+  assert "AMBIG-18" not in a.label
+
+
+def test_critical_n_e_form_reading_and_pass_window():
+  # Printed E: passes at N = 4–6 then rejects again (a non-monotone window), first pass 4 of
+  # L = 100 (0.04 L: holds). Reconstructed E: first pass at 80 (0.8 L: fails).
+  pr = {str(n): (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 10)}
+  rc = {str(n): (0.5 if n >= 80 else 0.001) for n in range(1, 81)}
+  s = scanned({"100": {"critical_n": 4, "alpha": 0.01, "evaluated": pr, "windows": [[4, 6]]}},
+              {"100": {"critical_n": 80, "alpha": 0.01, "evaluated": rc, "windows": [[80, 80]]}})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-18": "printed", "AMBIG-9": "0.01"})
+  assert v.status == H and "passes at N = 4–6" in v.measured, v
+  assert judge("fig2c-critical-n", s, **{"AMBIG-18": "reconstructed"}) == F
+  a = C.assess(C.BY_ID["fig2c-critical-n"], s)
+  assert a.verdict == H and a.label.startswith("flips under AMBIG-18 (E reconstructed")
 
 
 def test_critical_n_bracket_straddling_the_band_is_not_testable():
   ev = {"2": 0.001, "30": 0.2}   # at α = 0.05 N_crit is anywhere in 3..30 for L = 100
   s = {"critical": critical({"100": (None, ev)}), "heads": 144}
-  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == NT
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05", "AMBIG-18": "reconstructed"}) == NT
 
 
 def test_ks_power():
@@ -301,10 +399,11 @@ def test_ks_power():
   assert C.ks_min_pvalue(144) < 1e-80
   ev = {"1": 0.5}
   s = {"critical": critical({"64": (1, ev)}), "heads": 4}   # 2/70 = 0.029 > 0.01
-  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-9": "0.01"})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-9": "0.01",
+                                                       "AMBIG-18": "reconstructed"})
   assert v.status == NT and "cannot reject" in v.reason
   # At α = 0.05 the test can reject with 4 heads: judged (N_crit = 1 at L = 64: 0.016 L, fails).
-  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05"}) == F
+  assert judge("fig2c-critical-n", s, **{"AMBIG-9": "0.05", "AMBIG-18": "reconstructed"}) == F
 
 
 # --- rewording, malformed input, tally -------------------------------------------------------
@@ -326,12 +425,16 @@ def test_rewording_cannot_change_the_verdict(cid):
 
 
 def test_summaries_are_read_by_key_not_by_claim_text():
-  results = {"verdicts": [{"claim": "anything at all", "verdict": "holds",
-                           "measured": {"violating_queries": 0, "queries_checked": 12}}],
+  results = {"band": {"violating_queries": 0, "queries_checked": 12},
              "summary": [{"L": 32, "violations": 0}, {"L": 64, "violations": 2}]}
   s = C.summarize("vanishing", results)
   assert s["band_violations"] == 2 and s["band_queries"] == 12
   assert judge("cor1-band", s) == F
+  # An old run's verdict records are not read (issue 26: verdicts live in limits/claims only).
+  old = {"verdicts": [{"claim": "x", "verdict": "holds", "measured": {"queries_checked": 12,
+                                                                     "exp": {"violations": 0}}}]}
+  assert "band_queries" not in C.summarize("vanishing", old)
+  assert "lemma1" not in C.summarize("vanishing", old)
 
 
 @pytest.mark.parametrize("summary", [{}, {"rows": [{"L": "x", "N": 5}]}, {"rows": "garbage"}])
@@ -346,8 +449,15 @@ def test_tally_counts_paper_claims_once():
     return C.Assessment(C.BY_ID[cid], verdict, verdict, C.Verdict(verdict))
 
   t = C.tally([fake("fig3-band", F), fake("multihead-coverage", F), fake("cor3-tight", H),
-               fake("cor3-printed", F), fake("lemma2", H)])
-  assert t[F] == 2 and t[H] == 1  # derived multihead and the finding cor3-tight not counted
+               fake("cor3-printed", F), fake("lemma2", H), fake("fig2a-linear-true", H)])
+  # derived multihead, the finding cor3-tight and the mathematical cor3-printed and lemma2
+  # are not counted; they are listed under their class.
+  assert t[F] == 1 and t[H] == 1
+  listed = C.by_evidence([fake("cor3-printed", F), fake("lemma2", H), fake("sphere-cap", H),
+                          fake("fig2a-linear-expected", H), fake("fig3-band", F)])
+  assert {k: [a.claim.id for a in v] for k, v in listed.items()} == {
+      C.MATHEMATICAL: ["cor3-printed", "lemma2"], C.BY_CONSTRUCTION: ["fig2a-linear-expected"],
+      C.MODEL_FREE: ["sphere-cap"]}
 
 
 def test_sphere_cap_reports_a_confidence_interval():
@@ -355,3 +465,30 @@ def test_sphere_cap_reports_a_confidence_interval():
   s["per_head"] = [{"n": "16", "frac": "0.6", "stderr": "0.01"}]
   v = C.judge_safely(C.BY_ID["sphere-cap"], s, {})
   assert v.status == H and "± 0.0196" in v.measured
+
+
+def test_rejudge_reads_a_stored_report_under_the_primary_reading():
+  """A report before issue 28: fig2b-plateau 'depends' only through the norm of the sum (now
+  excluded) and the keys (excluded): re-read, it holds and is robust; a hand-made verdict under
+  the residual stream that differs is named."""
+  from limits.claims import rejudge
+  text = "\n".join([
+      "| 7 | `fig2b-plateau` | Fig. 2b | w | c | m1 | **depends on an ambiguity**: x | f |",
+      "- `fig2b-plateau`:",
+      "  - AMBIG-1 d̃ = Σ‖α_i x_i − s‖; AMBIG-7 x_i = per-head value vectors: **holds**, m1",
+      "  - AMBIG-1 d̃ = Σ‖α_i x_i − s‖; AMBIG-7 x_i = per-head key vectors: **fails**, m2",
+      "  - AMBIG-1 d̃ = Σ‖α_i x_i − s‖; AMBIG-7 x_i = the layer's normalised residual stream: "
+      "**holds**, m3",
+      "  - AMBIG-1 d̃ = ‖Σ α_i x_i − s‖; AMBIG-7 x_i = per-head value vectors: **fails**, m4",
+      "- `fig3-band`:",
+      "  - AMBIG-7 x_i = per-head value vectors: **fails**, m5",
+      "  - AMBIG-7 x_i = per-head key vectors: **holds**, m6",
+      "  - AMBIG-7 x_i = the layer's normalised residual stream: **holds**, m7",
+  ])
+  got = {a.claim.id: a for a in rejudge.rejudge(text)}
+  a = got["fig2b-plateau"]
+  assert (a.verdict, a.robust, a.label) == (H, True, C.SAME)
+  b = got["fig3-band"]
+  assert (b.verdict, b.robust) == (F, False)
+  assert b.label.startswith("flips under AMBIG-7 (x_i = the layer's normalised residual stream)")
+  assert got["fig2c-critical-n"].verdict == NT   # the printed E's scan needs a rerun

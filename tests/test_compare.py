@@ -39,6 +39,18 @@ def test_tally_counts_paper_claims_once():
   assert compare.tally(B)["fails"] == 2 and compare.tally(B)["holds"] == 1
 
 
+def test_primary_reading_records_name_the_flip_and_leave_other_evidence_uncounted():
+  flip = {**_rec("a", "holds", "flips under AMBIG-7 (x_i = residual): fails, m"), "robust": False,
+          "evidence": "empirical"}
+  same = {**_rec("b", "fails", "same under every admissible reading"), "robust": True,
+          "evidence": "empirical"}
+  math_ = {**_rec("c", "holds", "single reading"), "robust": True, "evidence": "mathematical"}
+  assert compare.short_verdict(flip) == "holds (flips under AMBIG-7)"
+  assert compare.short_verdict(same) == "fails (every admissible reading)"
+  assert compare.short_verdict(math_) == "holds; mathematical, not counted"
+  assert compare.tally([flip, same, math_])["holds"] == 1   # the mathematical row is not counted
+
+
 def test_short_verdicts():
   assert compare.short_verdict(A[0]) == "holds (every reading)"
   assert compare.short_verdict(A[2]) == "depends (AMBIG-1)"

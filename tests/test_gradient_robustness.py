@@ -33,8 +33,9 @@ def test_temperature_below_float32_range_is_an_error(tmp_path):
   # The same T in float64 is fine (logits ~ 8·N(0,1) over 1e-38 stay finite): the task in
   # this process, as the CLI runs it (its results block is what results.json holds).
   res = _run_task(temperature=1e-38, rows=8, length=16, check_rows=0)
-  verdicts = {v["claim"].split(":")[0]: v["verdict"] for v in res["verdicts"]}
-  assert verdicts["Corollary 3 as printed"] == "fails"  # the tied row: T‖J‖ = 1/2 > 1/4
+  from limits import claims
+  v = claims.assess(claims.BY_ID["cor3-printed"], claims.summarize("gradient", res))
+  assert v.verdict == "fails"  # the tied row: T‖J‖ = 1/2 > 1/4
 
 
 def test_ctrl_c_keeps_finished_temperatures(tmp_path):
@@ -84,7 +85,9 @@ def _run_task(**settings):
 def _lemma2_verdict(logit_scale):
   """The Lemma 2 verdict of the gradient task run in this process (float64, as the CLI)."""
   res = _run_task(logit_scale=logit_scale, temperature=1.0, rows=32, length=16, check_rows=2)
-  return next(v for v in res["verdicts"] if "Lemma 2" in v["claim"])
+  from limits import claims
+  a = claims.assess(claims.BY_ID["lemma2"], claims.summarize("gradient", res))
+  return {"verdict": a.verdict, "reason": a.default.reason}
 
 
 def test_lemma2_not_testable_when_its_bound_overflows():

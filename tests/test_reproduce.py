@@ -72,8 +72,9 @@ def test_quick_end_to_end_and_resume(model_dir, tmp_path):
          if "AMBIG-7" in x["reading"] and "per-head value" not in x["reading"]]
   assert alt and all("not run" not in (x["reason"] or "") for _, x in alt), alt
   assert len({cid for cid, x in alt if x["verdict"] in (claims.HOLDS, claims.FAILS)}) >= 3, alt
-  # The tally counts the paper's claims only, each once.
-  counted = [c for c in claims.CLAIMS if c.kind == claims.PAPER and not c.derived_from]
+  # The tally counts the paper's empirical claims only, each once.
+  counted = [c for c in claims.CLAIMS if c.kind == claims.PAPER and not c.derived_from
+             and c.evidence == claims.EMPIRICAL]
   assert sum(res["tally"].values()) == len(counted)
   # Every model step's lengths were clipped to n_positions = 64 and its N grids below L.
   model_steps = [s["command"].split() for s in steps.values() if "--model=" in s["command"]]

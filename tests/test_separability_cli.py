@@ -24,19 +24,12 @@ def read_csv(path):
     return list(csv.DictReader(f))
 
 
-CLAIMS = ("declines", "saturates", "lower bound holds", "upper bound tracks", "coverage")
-
-
 def check_outputs(out, ns, heads):
   res = json.loads((out / "results.json").read_text())
   assert set(res) == {"experiment", "config", "env", "results"}
   assert res["experiment"] == "separability" and res["results"]["complete"] is True
-  claims = [v["claim"] for v in res["results"]["verdicts"]]
-  assert len(claims) == len(CLAIMS)
-  for c, key in zip(claims, CLAIMS):
-    assert key in c, (c, key)
-  for v in res["results"]["verdicts"]:
-    assert v["verdict"] in ("holds", "fails", "not testable")
+  # Measurements only (issue 26): the claims judge them.
+  assert "verdicts" not in res["results"]
   rows = read_csv(out / "per_head.csv")
   assert len(rows) == len(ns) * heads
   frac = np.array([float(r["frac"]) for r in rows])

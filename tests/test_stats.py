@@ -102,12 +102,11 @@ def test_fits():
 
 
 def test_loglog_slope_is_one_function_for_every_caller():
-  """The claims' criteria and Figure 4's sensitivity read the same log-log fit as stats."""
-  from limits import sensitivity
+  """The claims' criteria read the same log-log fit as stats."""
   from limits.claims import criteria
 
   t = np.logspace(-3, 2, 11)
-  for fn in (stats.loglog_slope, sensitivity.loglog_slope, criteria.loglog_slope):
+  for fn in (stats.loglog_slope, criteria.loglog_slope):
     assert fn(t, 3.0 * t ** -0.5) == pytest.approx(-0.5, abs=1e-12)
     assert np.isnan(fn([1.0, 2.0], [1.0, 0.0]))          # one positive point left
     assert fn([1, 2, 4, np.inf], [1, 2, 4, 8]) == pytest.approx(1.0)  # non-finite points dropped
@@ -122,3 +121,86 @@ def test_bad_arguments():
     stats.critical_n(lambda ns: ns, 5, 4)
   with pytest.raises(LimitsError):
     stats.critical_n(lambda ns: ns, 1, 4, alpha=1.5)
+
+
+# --- Algorithm 3 as the paper's ascending loop (issue 28) -------------------------------------
+
+def _window_p(n):
+  """Hand-made p-values: reject below 5, pass 5–8, reject 9–12, pass from 13 (α = 0.01)."""
+  return 0.5 if 5 <= n <= 8 or n >= 13 else 0.001
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_ascending_scan_finds_a_non_monotone_pass_window(batch):
+  scans = stats.ascending_scan(lambda ns: {"a": [_window_p(n) for n in ns]}, 1, 40, alpha=0.01,
+                               batch=batch, until_closed=("a",))
+  a = scans["a"]
+  assert a.first_pass == 5 and a.windows[0] == (5, 8)
+  assert not a.decisions_monotone
+  assert max(a.evaluated) < 9 + batch       # stopped once the first window closed
+  assert a.as_dict()["windows"][0] == [5, 8]
+  # A bisection assumes monotone decisions: on the same p-values it need not find N = 5, and
+  # it says its assumption was refuted when it probed both sides of the window.
+  b = stats.critical_n(_window_p_list, 1, 40, alpha=0.01, method="bisect", batch=2)
+  assert b.n != 5 or not b.decisions_monotone
+
+
+def _window_p_list(ns):
+  return [_window_p(n) for n in ns]
+
+
+def test_pass_windows_and_full_scan():
+  ev = {n: _window_p(n) for n in range(1, 21)}
+  assert stats.pass_windows(ev, 0.01) == [(5, 8), (13, 20)]
+  scans = stats.ascending_scan(lambda ns: {"a": _window_p_list(ns)}, 1, 20, batch=4)
+  assert scans["a"].windows == [(5, 8), (13, 20)] and max(scans["a"].evaluated) == 20
+  # A window that stays open for `confirm` consecutive N stops the scan (reported open).
+  late = stats.ascending_scan(lambda ns: {"a": [0.5 if n >= 13 else 0.001 for n in ns]}, 1, 99,
+                              batch=4, until_closed=("a",), confirm=6)
+  assert late["a"].first_pass == 13 and max(late["a"].evaluated) == 20
+
+
+def test_uniform_attention_with_reconstructed_e_passes_from_small_n():
+  """Uniform weights over vectors with a shared direction (as value vectors have) and per-head
+  scales: α_i x_i − s and the reconstructed E's α_i x_i − p·Σ_{j≠i} α_j x_j have the same mean
+  part μ(1 − N)/L, so d̃ and E agree head by head and the KS test over 144 heads passes from
+  small N (the issue: reconstructed E passes for uniform attention from N ≈ 12). A scan that
+  never reported a pass here would be wrong."""
+  L, heads, d = 64, 144, 16
+  rng = np.random.default_rng(0)
+  mu = rng.normal(size=(heads, 1, d))
+  scale = rng.lognormal(0.0, 0.5, size=(heads, 1, 1))
+  xs = scale * (mu + 0.05 * rng.normal(size=(heads, L, d)))   # (heads, L, d)
+  total = xs.sum(1, keepdims=True)
+
+  def pvalues(ns):
+    # Closed forms at α_i = 1/L, top-N = the first N tokens (every subset is a top-N set):
+    # d̃ = Σ_{i>N} ‖x_i/L − s‖, s = Σ_{j≤N} x_j/L; E = ((L−N)/L)·Σ_i ‖x_i/L − p·Σ_{j≠i} x_j/L‖.
+    out = []
+    for n in ns:
+      s_ = xs[:, :n].sum(1, keepdims=True) / L
+      dt = np.linalg.norm(xs[:, n:] / L - s_, axis=-1).sum(-1)
+      p = n / (L - 1)
+      e = (L - n) / L * np.linalg.norm(xs / L - p * (total - xs) / L, axis=-1).sum(-1)
+      out.append(stats.ks_2samp(dt, e).pvalue)
+    return {"reconstructed": out}
+
+  scan = stats.ascending_scan(pvalues, 1, 16, batch=4, until_closed=("reconstructed",))
+  first = scan["reconstructed"].first_pass
+  assert first is not None and first <= 4, scan["reconstructed"].evaluated
+
+
+def test_head_subsets_are_seeded_and_stated():
+  a = stats.head_subsets(270, 144, 3, seed=7)
+  b = stats.head_subsets(270, 144, 3, seed=7)
+  c = stats.head_subsets(270, 144, 3, seed=8)
+  assert len(a) == 3 and all(len(x) == 144 == len(set(x.tolist())) for x in a)
+  assert all((x == y).all() for x, y in zip(a, b))
+  assert any((x != y).any() for x, y in zip(a, c))
+  assert stats.head_subsets(16, 144) == []          # fewer heads than the paper's: all used
+  g = stats.group_representatives(30, 9, 3, seed=0)  # SmolLM2: 9 heads share 3 value sets
+  assert len(g) == 90 and all(g[i] // 9 == i // 3 for i in range(90))
+  assert all((g[i] % 9) // 3 == i % 3 for i in range(90))
+  assert (stats.group_representatives(4, 4, 4) == np.arange(16)).all()
+  with pytest.raises(LimitsError, match="multiple"):
+    stats.group_representatives(2, 9, 2)

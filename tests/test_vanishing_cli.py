@@ -32,9 +32,11 @@ def test_end_to_end(model_dir, tmp_path):
   for f in ("results.json", "per_head.csv", "summary.csv", "vanishing.png"):
     assert (out / f).is_file(), f
   res = json.loads((out / "results.json").read_text())["results"]
-  band = res["verdicts"][0]
-  assert band["measured"]["queries_checked"] == (8 + 32) * 2 * 2
-  assert band["verdict"] == "holds"  # Corollary 1 is a theorem; logits are exact here
+  assert res["band"]["queries_checked"] == (8 + 32) * 2 * 2
+  from limits import claims
+  by_id = {a.claim.id: a for a in claims.assess_step("vanishing", res)}
+  assert by_id["cor1-band"].verdict == "holds"  # Corollary 1 is a theorem; logits are exact
+  assert "verdicts" not in res
   rows = list(csv.DictReader((out / "per_head.csv").open()))
   assert len(rows) == 2 * 4
   # Independent recomputation for one head: max α·L of the last query from HF-style softmax.

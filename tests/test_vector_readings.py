@@ -76,21 +76,26 @@ def _vary_n(by_n):
           for n, d in by_n.items()]
 
 
-@pytest.mark.parametrize("key_rows,want", [
+SAT, LINEAR = {1: 1.0, 20: 4.4, 100: 5.1}, {1: 1.0, 20: 20.0, 100: 100.0}
+
+
+@pytest.mark.parametrize("key_rows,hidden_rows,robust", [
     # ×4.4 growth to N = 20, then +17 %: saturates (holds); linear growth: does not (fails).
-    ({1: 1.0, 20: 4.4, 100: 5.1}, claims.HOLDS),
-    ({1: 1.0, 20: 20.0, 100: 100.0}, claims.DEPENDS),
+    (SAT, SAT, True),
+    (LINEAR, SAT, True),     # the keys reading is excluded: its flip changes nothing
+    (SAT, LINEAR, False),    # the residual stream is admissible: its flip is named
 ])
-def test_key_reading_can_flip_a_verdict(tmp_path, key_rows, want):
-  _step(tmp_path, "distance_vary_n", _vary_n({1: 1.0, 20: 4.4, 100: 5.1}))
+def test_vector_reading_flips_only_when_admissible(tmp_path, key_rows, hidden_rows, robust):
+  _step(tmp_path, "distance_vary_n", _vary_n(SAT))
   _step(tmp_path, "distance_vary_n_key", _vary_n(key_rows))
-  _step(tmp_path, "distance_vary_n_hidden", _vary_n({1: 1.0, 20: 4.4, 100: 5.1}))
+  _step(tmp_path, "distance_vary_n_hidden", _vary_n(hidden_rows))
   status = {n: {"status": "ok"} for n in
             ("distance_vary_n", "distance_vary_n_key", "distance_vary_n_hidden")}
   a = {x.claim.id: x for x in rp.assess_all(tmp_path, status)}["fig2b-plateau"]
-  assert a.verdict == want, a.label
-  if want == claims.DEPENDS:
-    assert "AMBIG-7" in a.label and "per-head key" in a.label
+  assert a.verdict == claims.HOLDS and a.robust is robust, a.label
+  if not robust:
+    assert a.label.startswith("flips under AMBIG-7 (x_i = the layer's normalised residual")
+    assert "per-head key" not in a.label
 
 
 def test_missing_reading_step_is_named_not_dropped(tmp_path):
@@ -98,6 +103,8 @@ def test_missing_reading_step_is_named_not_dropped(tmp_path):
   a = {x.claim.id: x for x in rp.assess_all(
       tmp_path, {"distance_vary_n": {"status": "ok"}})}["fig2b-plateau"]
   assert a.verdict == claims.HOLDS
-  assert "every computable reading" in a.label and "distance_vary_n_key" in a.label
+  assert a.robust is None
+  assert "every computable admissible reading" in a.label
+  assert "distance_vary_n_hidden" in a.label
   skipped = [v for lab, v in a.readings if "per-head key" in lab]
   assert skipped and all(v.status == claims.NOT_TESTABLE for v in skipped)

@@ -1,5 +1,13 @@
-"""A claim under every combination of its readings: the robustness sentence ("holds under every
-reading", "fails under every reading", "depends on AMBIG-k"), "not run", and the tally."""
+"""A claim under its readings: the primary reading's verdict, the robustness column ("same
+under every admissible reading" or "flips under AMBIG-k (option): …", naming only the
+ambiguities whose change flips it), "not run", and the tally.
+
+Each ambiguity a claim depends on has one *primary* reading (the documented default, the first
+option), *admissible* ones, and options *excluded for this claim* (``Claim.excluded``, with the
+reason: e.g. the norm of the sum, bounded by max‖x‖, is no reading of a claim that the distance
+grows linearly in L). The verdict is the primary reading's; an excluded reading is judged and
+shown but can change neither the verdict nor the robustness column.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +15,28 @@ import dataclasses
 import itertools
 from typing import Any, Iterable, Mapping, Sequence
 
-from limits.claims.core import (DEPENDS, FAILS, HOLDS, NOT_RUN, NOT_TESTABLE, PAPER, Claim,
-                                Missing, Verdict)
+from limits.claims.core import (EMPIRICAL, EVIDENCE, FAILS, HOLDS, NOT_RUN, NOT_TESTABLE, PAPER,
+                                Claim, Missing, Verdict)
+
+SAME = "same under every admissible reading"
 
 
 @dataclasses.dataclass(frozen=True)
 class Assessment:
-  """A claim's verdict over its readings: ``verdict`` (holds, fails, depends on an ambiguity,
-  not testable, not run), ``label`` (the robustness sentence), ``default`` (the verdict under
-  the default reading) and ``readings`` ((label, Verdict) per combination of options)."""
+  """A claim's verdict: ``verdict`` (the primary reading's: holds, fails, not testable, not
+  run), ``label`` (the robustness column), ``default`` (the primary reading's Verdict),
+  ``readings`` ((label, Verdict) per combination of options, primary first), ``robust`` (True:
+  the same verdict under every admissible reading, all judged; False: an admissible reading
+  flips it; None: nothing to compare or some admissible reading could not be judged) and
+  ``excluded`` ((label, reason) of the combinations that are no reading of the claim)."""
 
   claim: Claim
   verdict: str
   label: str
   default: Verdict
   readings: tuple[tuple[str, Verdict], ...] = ()
+  robust: bool | None = None
+  excluded: tuple[tuple[str, str], ...] = ()
 
 
 def judge_safely(claim: Claim, summary: Mapping[str, Any], reading: Mapping[str, str]) -> Verdict:
@@ -67,9 +82,17 @@ def _judge_reading(claim: Claim, summary: Mapping[str, Any], reading: Mapping[st
   return judge_safely(claim, summary, reading)
 
 
+def _flip_text(claim: Claim, primary: Mapping[str, str], combo: Mapping[str, str],
+               v: Verdict) -> str:
+  names = dict((rd.ambig, dict(rd.options)) for rd in claim.readings)
+  diff = [f"{a} ({names[a][combo[a]]})" for a in names if combo[a] != primary[a]]
+  return f"{' with '.join(diff)}: {v.status}" + (f", {v.measured}" if v.measured else "")
+
+
 def assess(claim: Claim, summary: Mapping[str, Any],
            alternates: Mapping[tuple[str, str], Any] | None = None) -> Assessment:
-  """The claim under every reading, and the robustness sentence (see the module docstring).
+  """The claim under every reading; the verdict is the primary reading's, the robustness
+  column compares it with the admissible readings only (see the module docstring).
 
   ``alternates``: {(AMBIG-n, option): summary or reason} for the options of ``by_step``
   readings (the reproduction's reading steps); a missing one leaves that reading not testable.
@@ -77,33 +100,32 @@ def assess(claim: Claim, summary: Mapping[str, Any],
   combos = combinations(claim)
   verdicts = [_judge_reading(claim, summary, c, alternates or {}) for c in combos]
   labelled = tuple((reading_label(claim, c), v) for c, v in zip(combos, verdicts))
-  default = verdicts[0]
-  ok = [(c, v) for c, v in zip(combos, verdicts) if v.status in (HOLDS, FAILS)]
-  if not ok:
-    return Assessment(claim, NOT_TESTABLE, default.reason or "not testable", default, labelled)
-  statuses = {v.status for _, v in ok}
-  skipped = [(lab, v) for lab, v in labelled if v.status not in (HOLDS, FAILS)]
-  if len(statuses) == 1:
-    status = statuses.pop()
-    if not claim.readings:
-      label = status
-    elif not skipped:
-      label = f"{status} under every reading"
-    else:
-      label = (f"{status} under every computable reading ({len(ok)} of {len(combos)}; "
-               f"not computable: " + "; ".join(sorted({v.reason for _, v in skipped})) + ")")
-    return Assessment(claim, status, label, default, labelled)
-  flips = []
-  for rd in claim.readings:
-    for (c1, v1), (c2, v2) in itertools.combinations(ok, 2):
-      if v1.status != v2.status and all(c1[a] == c2[a] for a in c1 if a != rd.ambig):
-        flips.append(rd.ambig)
-        break
-  holds = [reading_label(claim, c) for c, v in ok if v.status == HOLDS]
-  fails = [reading_label(claim, c) for c, v in ok if v.status == FAILS]
-  label = (f"depends on {', '.join(flips) or 'the combination of readings'}: holds with "
-           f"{' | '.join(holds)}; fails with {' | '.join(fails)}")
-  return Assessment(claim, DEPENDS, label, default, labelled)
+  excluded = tuple((reading_label(claim, c), claim.exclusion(c)) for c in combos
+                   if claim.exclusion(c))
+  primary, pv = combos[0], verdicts[0]
+  if pv.status not in (HOLDS, FAILS):
+    return Assessment(claim, NOT_TESTABLE, pv.reason or "not testable", pv, labelled, None,
+                      excluded)
+  admissible = [(c, v) for c, v in zip(combos[1:], verdicts[1:]) if not claim.exclusion(c)]
+  if not claim.readings:
+    return Assessment(claim, pv.status, "single reading", pv, labelled, True, excluded)
+  flips = [(c, v) for c, v in admissible if v.status in (HOLDS, FAILS) and v.status != pv.status]
+  # Name only what flips it: a flipping combination is left out when a smaller set of changed
+  # ambiguities (a subset of its own) already flips the verdict.
+  changed = [frozenset(a for a in c if c[a] != primary[a]) for c, _ in flips]
+  minimal = [(c, v) for (c, v), ch in zip(flips, changed)
+             if not any(o < ch for o in changed)]
+  untested = sorted({v.reason for _, v in admissible if v.status not in (HOLDS, FAILS)})
+  if minimal:
+    label = "flips under " + "; ".join(_flip_text(claim, primary, c, v) for c, v in minimal)
+    return Assessment(claim, pv.status, label, pv, labelled, False, excluded)
+  if untested:
+    n_ok = sum(v.status in (HOLDS, FAILS) for _, v in admissible)
+    label = (f"same under every computable admissible reading ({n_ok + 1} of "
+             f"{len(admissible) + 1}; not computable: " + "; ".join(untested) + ")")
+    return Assessment(claim, pv.status, label, pv, labelled, None, excluded)
+  label = SAME if admissible else "single admissible reading"
+  return Assessment(claim, pv.status, label, pv, labelled, True, excluded)
 
 
 def not_run(claim: Claim, reason: str) -> Assessment:
@@ -111,20 +133,40 @@ def not_run(claim: Claim, reason: str) -> Assessment:
   return Assessment(claim, NOT_RUN, reason, Verdict(NOT_RUN, reason=reason))
 
 
-VERDICT_ORDER = (HOLDS, FAILS, DEPENDS, NOT_TESTABLE, NOT_RUN)
+VERDICT_ORDER = (HOLDS, FAILS, NOT_TESTABLE, NOT_RUN)
 
 
-def count_verdicts(entries: Iterable[tuple[str, Any, str]]) -> dict[str, int]:
+def count_verdicts(entries: Iterable[tuple[Any, ...]]) -> dict[str, int]:
   """The tally rule, for judged claims and stored records alike: counts by verdict of the
-  ``(kind, derived_from, verdict)`` entries that are the paper's own claims (derived claims
-  and findings are left out)."""
+  ``(kind, derived_from, verdict[, evidence])`` entries that are the paper's own claims with
+  empirical evidence (derived claims, findings and the other evidence classes are left out;
+  an entry without an evidence class, from a run before issue 28, counts)."""
   out = {k: 0 for k in VERDICT_ORDER}
-  for kind, derived_from, verdict in entries:
-    if kind == PAPER and not derived_from:
+  for kind, derived_from, verdict, *rest in entries:
+    evidence = rest[0] if rest else None
+    if kind == PAPER and not derived_from and evidence in (None, EMPIRICAL):
       out[verdict] = out.get(verdict, 0) + 1
   return out
 
 
 def tally(assessments: Sequence[Assessment]) -> dict[str, int]:
-  """Counts of the paper's own claims by verdict (:func:`count_verdicts`)."""
-  return count_verdicts((a.claim.kind, a.claim.derived_from, a.verdict) for a in assessments)
+  """Counts of the paper's own empirical claims by primary verdict (:func:`count_verdicts`)."""
+  return count_verdicts((a.claim.kind, a.claim.derived_from, a.verdict, a.claim.evidence)
+                        for a in assessments)
+
+
+def robust_count(assessments: Sequence[Assessment]) -> tuple[int, int]:
+  """(robust, judged): of the counted claims (:func:`tally`) whose primary verdict holds or
+  fails, how many keep it under every admissible reading."""
+  counted = [a for a in assessments if a.claim.kind == PAPER and not a.claim.derived_from
+             and a.claim.evidence == EMPIRICAL and a.verdict in (HOLDS, FAILS)]
+  return sum(a.robust is True for a in counted), len(counted)
+
+
+def by_evidence(assessments: Sequence[Assessment]) -> dict[str, list[Assessment]]:
+  """The paper's own claims that the tally leaves out, by evidence class (never hidden)."""
+  out: dict[str, list[Assessment]] = {}
+  for a in assessments:
+    if a.claim.kind == PAPER and not a.claim.derived_from and a.claim.evidence != EMPIRICAL:
+      out.setdefault(a.claim.evidence, []).append(a)
+  return {k: out[k] for k in EVIDENCE if k in out}

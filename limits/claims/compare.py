@@ -41,7 +41,17 @@ def load_run(label: str, run_dir: str | Path) -> Run:
 def short_verdict(record: Mapping[str, Any]) -> str:
   """'holds (every reading)', 'depends (AMBIG-1, AMBIG-7)', 'fails (derived; not counted)'…"""
   verdict, label = record.get("verdict", NOT_RUN), record.get("label", "")
-  if verdict in (HOLDS, FAILS):
+  if verdict in (HOLDS, FAILS) and "robust" in record:  # primary-reading records (issue 28)
+    out = verdict
+    if record["robust"] is False:
+      flips = sorted(set(re.findall(r"AMBIG-\d+", label)), key=lambda a: int(a.split("-")[1]))
+      out += f" (flips under {', '.join(flips)})"
+    elif record["robust"] is True and label != "single reading":
+      out += " (every admissible reading)"
+    ev = record.get("evidence")
+    if ev and ev != "empirical":
+      out += f"; {ev}, not counted"
+  elif verdict in (HOLDS, FAILS):
     out = verdict
     if "under every reading" in label:
       out += " (every reading)"
@@ -51,7 +61,7 @@ def short_verdict(record: Mapping[str, Any]) -> str:
         out += f" ({m.group(1)} of {m.group(2)} readings computable, all {verdict})"
   elif verdict == DEPENDS:
     m = re.match(r"depends on ([^:]+):", label)
-    out = f"depends ({m.group(1)})" if m else "depends"
+    out = f"depends ({m.group(1)})" if m else "depends"  # a record from before issue 28
   else:
     out = verdict
   if record.get("derived_from"):
@@ -67,8 +77,8 @@ def _cell(text: str, width: int) -> str:
 def tally(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
   """Counts of the paper's own claims by verdict, by the rule of the judged tally
   (:func:`limits.claims.assessment.count_verdicts`)."""
-  return count_verdicts((r.get("kind"), r.get("derived_from"), r.get("verdict", NOT_RUN))
-                        for r in records)
+  return count_verdicts((r.get("kind"), r.get("derived_from"), r.get("verdict", NOT_RUN),
+                         r.get("evidence")) for r in records)
 
 
 def _table(runs: Sequence[Run], kind: str, width: int) -> list[str]:

@@ -219,9 +219,21 @@ def judge_fig2c(s, r) -> Verdict:
   a factor 2 ("≈"). Significance level per AMBIG-9. A level the KS test cannot reach with the
   number of heads per sample (smallest attainable p-value above α) makes the claim not
   testable: every N would pass. Levels other than the step's own are read from the p-values
-  its search evaluated; when the bracket they leave straddles the band, not testable."""
+  its search evaluated; when the bracket they leave straddles the band, not testable.
+
+  E form per AMBIG-18: the printed E (the paper's) is read from the step's ascending scan
+  (Algorithm 3's loop: the first passing N; the pass windows are shown, since the decision need
+  not be monotone in N); the reconstructed E from the same scan, or from the bisection where no
+  scan was recorded (a run before issue 28)."""
   alpha = float(r.get("AMBIG-9", "0.01"))
-  crit = need(s, "critical")
+  form = r.get("AMBIG-18", "printed")
+  scan = s.get("critical_scan")
+  if isinstance(scan, Mapping) and scan:
+    crit = {L: need(v, form) for L, v in scan.items()}
+  elif form == "printed":
+    raise Missing("critical_scan (the ascending scan with the printed E)")
+  else:
+    crit = need(s, "critical")
   heads = s.get("heads")
   pmin = ks_min_pvalue(int(heads)) if heads else None
   power = (f"KS on {heads} per-head means per sample; smallest attainable p = {pmin:.2g}"
@@ -237,7 +249,12 @@ def judge_fig2c(s, r) -> Verdict:
       continue
     lo_pts.append((num(L), lo))
     hi_pts.append((num(L), hi))
-    shown.append(f"L = {num(L):g}: {lo:g}" + ("" if lo == hi else f"–{hi:g}"))
+    wins = entry.get("windows") if abs(num(entry.get("alpha", alpha)) - alpha) < 1e-12 else None
+    shown.append(f"L = {num(L):g}: {lo:g}" + ("" if lo == hi else f"–{hi:g}")
+                 + (" (passes at N = " + ", ".join(
+                     f"{a}" if a == b else f"{a}–{b}" for a, b in wins[:3]) + ")"
+                    if wins and (len(wins) > 1 or wins[0][1] < max(
+                        num(n) for n in entry.get("evaluated", {0: 0}))) else ""))
   if not lo_pts:
     return Verdict(NOT_TESTABLE, "", reason=f"the KS test rejected at every N searched "
                    f"(α = {alpha:g})", sample=power)

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import math
 
-from limits.claims.core import FAILS, HOLDS, Missing, Verdict, fmt, need, num
+from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Missing, Verdict, fmt, need, num
 from limits.claims.criteria import loglog_slope
+
+
+def _finite(s) -> None:
+  """Missing when a Jacobian norm came out NaN/inf (outside the dtype's range): every
+  comparison with NaN is False, so a bound would silently read "holds"."""
+  if s.get("nonfinite_T"):
+    raise Missing("finite Jacobian norms (non-finite at T = "
+                  + ", ".join(f"{num(t):g}" for t in s["nonfinite_T"]) + ")")
 
 
 def judge_cor3_printed(s, r) -> Verdict:
   """Corollary 3: ‖∇α‖₂ ≤ min{1/(4T), √2}. A bound for every logit row: fails if any row
-  checked (the tied-top-two row at each T, or a data row) exceeds it (relative slack 1e-9)."""
+  checked (the tied-top-two row at each T, or a data row) exceeds it (relative slack 1e-9).
+  Not testable where a norm is not finite."""
+  _finite(s)
   ts, norms = need(s, "T"), need(s, "counterexample_norm")
   over = [t for t, v in zip(ts, norms) if num(v) > min(1 / (4 * num(t)), math.sqrt(2)) * (1 + 1e-9)]
   data = int(s.get("data_exceed_paper") or 0)
@@ -24,7 +34,8 @@ def judge_cor3_printed(s, r) -> Verdict:
 
 def judge_cor3_tight(s, r) -> Verdict:
   """The suite's tight form ‖∇α‖₂ ≤ 1/(2T): holds iff max T·‖J‖₂ over every row checked is at
-  most 1/2 (relative slack 1e-6)."""
+  most 1/2 (relative slack 1e-6). Not testable where a norm is not finite."""
+  _finite(s)
   ts, norms = need(s, "T"), need(s, "counterexample_norm")
   vals = [num(t) * num(v) for t, v in zip(ts, norms)]
   if s.get("max_T_norm") is not None:
@@ -35,9 +46,16 @@ def judge_cor3_tight(s, r) -> Verdict:
 
 def judge_lemma2(s, r) -> Verdict:
   """Lemma 2 (reconstructed bound for a general normalizer) on softmax rows: an inequality;
-  holds iff no row exceeds it."""
+  holds iff no row exceeds it. Where the bound overflows to infinity (min F underflows) it
+  constrains nothing: with no row above it and the bound infinite on half the (row, T) pairs or
+  more, not testable."""
   n = int(need(s, "lemma2_exceed"))
   rows = s.get("lemma2_rows")
+  pairs, finite = s.get("lemma2_pairs"), s.get("lemma2_finite")
+  if n == 0 and pairs and 2 * int(finite) < int(pairs):
+    return Verdict(NOT_TESTABLE, reason=f"the bound overflows to infinity on "
+                   f"{int(pairs) - int(finite)} of {int(pairs)} (row, T) pairs: it constrains "
+                   "nothing there")
   return Verdict(HOLDS if n == 0 else FAILS, f"{n} rows above the bound",
                  sample=f"{rows:,} (row, T) pairs" if rows else "")
 
@@ -54,29 +72,61 @@ SLOPE_TOL, COLLAPSE_FACTOR, DROP, DROP_TOL = 0.25, 2.0, 2.0, 0.5
 
 def _t_scale(s, r) -> float:
   """Raw-T units per paper-T unit: 1 on the raw q·k scale; √d_head if the paper's T values
-  refer to HF-scaled logits q·k/√d_head (AMBIG-12). Under the scaled reading g itself is √d_head
-  times the raw-scale g at ε·√d_head; the constant factor changes neither a log-log slope nor the
-  spread between curves, but the recorded curves are for the raw-scale ε grid (not rescaled)."""
+  refer to HF-scaled logits q·k/√d_head (AMBIG-12). Under the scaled reading a perturbation ε
+  of the scaled logits is ε·√d_head on the raw ones and g is √d_head times the raw-scale g, so
+  the curve recorded at raw ε is the scaled reading's curve at ε/√d_head (:func:`_eps_label`);
+  the constant factor changes neither a log-log slope nor the spread between curves."""
   if r.get("AMBIG-12") == "scaled":
     return math.sqrt(num(need(s, "d_head")))
   return 1.0
 
 
+def _eps_label(e: str, scale: float) -> str:
+  """The curve's ε in the reading's logit units (raw ε / √d_head under the scaled reading)."""
+  if scale == 1.0:
+    return e
+  try:
+    return f"{fmt(float(e) / scale)} (raw {e})"
+  except ValueError:
+    return e
+
+
 def judge_fig4_inverse_t(s, r) -> Verdict:
   """Fig. 4: "for T < 0.1 the curves follow the 1/T trend". Holds when, for every ε, the
   least-squares log-log slope of the max-over-heads g against T over the grid points below 0.1
-  (paper units, AMBIG-12) is within 0.25 of −1: between T^−0.75 and T^−1.25, which excludes a
-  flat curve and 1/√T. Needs 2 temperatures below the threshold."""
-  thr = 0.1 * _t_scale(s, r)
+  (paper units, AMBIG-12; ε rescaled with the logits, :func:`_eps_label`) is within 0.25 of −1:
+  between T^−0.75 and T^−1.25, which excludes a flat curve and 1/√T. Needs 2 temperatures
+  below the threshold. An ε whose curve cannot follow the trend by mathematics is left out and
+  named: g ≤ √2/ε at every T (the simplex diameter), so where g at the largest T below the
+  threshold, raised by the shallowest admitted slope (T^−0.75) down to the smallest T, would
+  exceed √2/ε, the trend is impossible (e.g. ε = 10: g ≤ 0.14). No ε left: not testable."""
+  scale = _t_scale(s, r)
+  thr = 0.1 * scale
   ts = [num(t) for t in need(s, "T")]
   low = [i for i, t in enumerate(ts) if t < thr]
   if len(low) < 2:
     raise Missing(f"2 temperatures below T = {thr:.3g}")
-  slopes = {e: loglog_slope([ts[i] for i in low], [num(c[i]) for i in low])
-            for e, c in need(s, "g").items()}
+  lo_t, hi_t = min(ts[i] for i in low), max(ts[i] for i in low)
+  i_hi = next(i for i in low if ts[i] == hi_t)
+  slopes, vac = {}, []
+  for e, c in need(s, "g").items():
+    try:
+      cap = math.sqrt(2) / float(e)
+    except (ValueError, ZeroDivisionError):
+      cap = math.inf
+    need_top = num(c[i_hi]) * (hi_t / lo_t) ** (1 - SLOPE_TOL)
+    if need_top > cap:
+      vac.append(f"ε = {_eps_label(e, scale)}: a 1/T trend is impossible (g ≤ √2/ε = "
+                 f"{fmt(cap)} raw at every T, a T^−0.75 rise from T = {hi_t:.3g} would need "
+                 f"{fmt(need_top)} at T = {lo_t:.3g})")
+      continue
+    slopes[e] = loglog_slope([ts[i] for i in low], [num(c[i]) for i in low])
+  if not slopes:
+    raise Missing("an ε whose curve could follow 1/T (" + "; ".join(vac) + ")")
   ok = all(math.isfinite(v) and abs(v + 1) <= SLOPE_TOL for v in slopes.values())
   return Verdict(HOLDS if ok else FAILS, "log-log slopes " + ", ".join(
-      f"ε = {e}: {fmt(v)}" for e, v in slopes.items()) + f" (T < {thr:.3g})")
+      f"ε = {_eps_label(e, scale)}: {fmt(v)}" for e, v in slopes.items()) + f" (T < {thr:.3g})",
+      vacuous="; ".join(vac))
 
 
 def judge_fig4_collapse(s, r) -> Verdict:
@@ -101,4 +151,4 @@ def judge_fig4_collapse(s, r) -> Verdict:
   ok = (spread <= math.log10(COLLAPSE_FACTOR) + 1e-12
         and all(abs(d - DROP) <= DROP_TOL for d in drops.values()))
   return Verdict(HOLDS if ok else FAILS, f"spread {fmt(spread)} decades; drop " + ", ".join(
-      f"ε = {e}: {fmt(d)}" for e, d in drops.items()) + " decades")
+      f"ε = {_eps_label(e, _t_scale(s, r))}: {fmt(d)}" for e, d in drops.items()) + " decades")

@@ -83,29 +83,68 @@ def judge_thm2_lower(s, r) -> Verdict:
                  sample=_sample_sep(s))
 
 
+# The smallest value each upper bound can take at M = 1 (AMBIG-10): r and ξ_i both lie in
+# [0, 1] (r ≤ α_j + ᾱ_N ≤ 1 and ξ_i ≤ Σ_{j≠i} α_j ≤ 1), so |r − ξ_i| ≤ 1.
+BOUND_FLOOR = {"upper_printed": math.exp(-1 / 16), "upper": math.exp(-1 / 2)}
+
+
 def _tracks(s, column: str) -> Verdict:
   """"The exponential upper bound tracks the empirical maxima closely": at every N the bound of
   the head with the largest N_s/N is at most 0.10 above it (a tenth of the [0, 1] range), and
-  no head's N_s/N is above its own bound (by more than 3 standard errors)."""
+  no head's N_s/N is above its own bound (by more than 3 standard errors).
+
+  Parts decided by mathematics are left out and named (issue 28): at N = 1, N_s/N = 1 by
+  definition (s = α_i x_i) and ξ_i = 0, so the printed bound exp(−r²/16M²) < 1 cannot hold and
+  the derived bound (= 1) cannot fail; "0.10 above" cannot fail where the maximum is ≥ 0.90
+  (every bound is ≤ 1) and cannot hold where the maximum is below the bound's floor minus 0.10
+  (the printed bound is ≥ 0.939, so it is never within 0.10 of a maximum below 0.839);
+  "above the bound" cannot happen where N_s/N is at or below the bound's
+  floor at M = 1 (:data:`BOUND_FLOOR`: e^(−1/16) = 0.939 printed, e^(−1/2) derived). With no
+  case left to decide, the claim is not testable."""
   rows = _per_head(s)
+  floor = BOUND_FLOOR.get(column, 0.0)
   by_n: dict[float, list[dict[str, Any]]] = {}
   for x in rows:
     by_n.setdefault(num(need(x, "n")), []).append(x)
-  viol, gaps = 0, {}
+  viol, decided, gaps, vac, low = 0, 0, {}, [], []
+  if 1.0 in by_n:
+    vac.append("N = 1: N_s/N = 1 by definition and ξ = 0, so the bound is exp(−r²/16M²) < 1 "
+               "(printed: cannot hold) or 1 (derived: cannot fail)")
   for n, xs in sorted(by_n.items()):
+    if n == 1.0:
+      continue
     for x in xs:
+      frac, bound = num(x["frac"]), num(need(x, column))
+      if frac <= floor:
+        continue
+      decided += 1
       err = num(x.get("stderr") or 0.0)
-      viol += num(x["frac"]) > num(need(x, column)) + Z * (err if math.isfinite(err) else 0.0)
+      viol += frac > bound + Z * (err if math.isfinite(err) else 0.0)
     top = max(xs, key=lambda x: num(x["frac"]))
-    gaps[n] = num(top[column]) - num(top["frac"])
-  worst = max(gaps.values())
-  ok = viol == 0 and worst <= TRACK_TOL + 1e-12
+    if floor - TRACK_TOL - 1e-12 <= num(top["frac"]) < 1 - TRACK_TOL - 1e-12:
+      gaps[n] = num(top[column]) - num(top["frac"])
+    elif num(top["frac"]) < floor - TRACK_TOL - 1e-12:
+      low.append(f"{n:g}")
+  skipped = [f"{n:g}" for n in by_n if n != 1.0 and n not in gaps and f"{n:g}" not in low]
+  if skipped:
+    vac.append(f"0.10 above the maximum at N = {', '.join(skipped)}: maximum N_s/N ≥ 0.90 and "
+               "the bound is ≤ 1 (cannot fail)")
+  if low:
+    vac.append(f"0.10 above the maximum at N = {', '.join(low)}: maximum N_s/N < "
+               f"{floor - TRACK_TOL:.3f} while the bound is ≥ its floor {floor:.3f} (cannot hold)")
+  others = sum(len(xs) for n, xs in by_n.items() if n != 1.0)
+  if others > decided:
+    vac.append(f"above the bound: {others - decided} of {others} (head, N) cases at N > 1 have "
+               f"N_s/N ≤ {floor:.3f}, the bound's floor at M = 1 (cannot fail)")
+  if not gaps and not decided:
+    raise Missing("a case the data could decide (every part is vacuous: " + "; ".join(vac) + ")")
+  worst = max(gaps.values()) if gaps else float("nan")
+  ok = viol == 0 and (not gaps or worst <= TRACK_TOL + 1e-12)
   far = [f"{n:g}" for n, g in gaps.items() if g > TRACK_TOL + 1e-12]
-  text = f"bound − max N_s/N up to {fmt(worst)}" + (f" (> 0.10 at N = {', '.join(far)})"
-                                                     if far else "")
-  if viol:
-    text += f"; {viol} cases above the bound"
-  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_sep(s))
+  text = (f"bound − max N_s/N up to {fmt(worst)}" if gaps else "no N with max N_s/N < 0.90")
+  text += f" (> 0.10 at N = {', '.join(far)})" if far else ""
+  text += f"; {viol} of {decided} decidable (head, N) cases above the bound"
+  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_sep(s), vacuous="; ".join(vac))
 
 
 def judge_fig3_upper_printed(s, r) -> Verdict:

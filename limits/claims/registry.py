@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from limits.claims import (judges_distance, judges_gradient, judges_separability,
                            judges_vanishing)
-from limits.claims.core import FINDING, PAPER, Claim, Reading
+from limits.claims.core import EMPIRICAL, EVIDENCE, FINDING, PAPER, Claim, Reading
 from limits.errors import LimitsError
 
 CLAIMS_FILE = "claims.toml"
@@ -24,7 +24,7 @@ JUDGES = {name: fn for mod in (judges_vanishing, judges_distance, judges_separab
                                judges_gradient)
           for name, fn in vars(mod).items() if name.startswith("judge_") and callable(fn)}
 _CLAIM_KEYS = {"id", "kind", "where", "words", "setting", "step", "criterion", "judge",
-               "readings", "derived_from", "figure"}
+               "readings", "derived_from", "figure", "excluded", "evidence", "evidence_why"}
 
 
 def _fail(what: str) -> LimitsError:
@@ -35,15 +35,20 @@ def parse_registry(data: Mapping[str, Any]):
   """(claims, readings, ambiguities) from the parsed ``claims.toml``.
 
   A by-step reading (``by_step = true``) is appended to the readings of every claim of its
-  ``steps``. Raises LimitsError naming the entry and value for anything unknown or missing.
+  ``steps``. An option excluded under ``[readings.AMBIG-n.excluded]`` is excluded for every
+  claim with that reading; a claim's own ``excluded = [[AMBIG-n, option, reason], …]`` adds
+  to that. The first option (the primary reading) cannot be excluded. Raises LimitsError
+  naming the entry and value for anything unknown or missing.
   """
   ambiguities = dict(data.get("ambiguities", {}))
-  readings, by_step = {}, []
+  readings, by_step, reading_excl = {}, [], {}
   for ambig, spec in data.get("readings", {}).items():
     if ambig not in ambiguities:
       raise _fail(f"reading {ambig} is not listed under [ambiguities]")
     opts = tuple((str(k), str(label)) for k, label in spec["options"])
     readings[ambig] = Reading(ambig, opts, by_step=bool(spec.get("by_step", False)))
+    reading_excl[ambig] = tuple((ambig, str(k), str(why))
+                                for k, why in dict(spec.get("excluded", {})).items())
     if readings[ambig].by_step:
       by_step.append((readings[ambig], tuple(spec.get("steps", ()))))
   claims, seen = [], set()
@@ -68,9 +73,27 @@ def parse_registry(data: Mapping[str, Any]):
         raise _fail(f"claim {cid!r} is derived from {ref!r}, which no earlier claim is")
     rds = tuple(readings[a] for a in entry.get("readings", ()))
     rds += tuple(rd for rd, steps in by_step if entry["step"] in steps)
+    excl = tuple(x for rd in rds for x in reading_excl[rd.ambig])
+    excl += tuple((str(a), str(k), str(why)) for a, k, why in entry.get("excluded", ()))
+    opts = {rd.ambig: [k for k, _ in rd.options] for rd in rds}
+    for a, k, why in excl:
+      if a not in opts or k not in opts[a]:
+        raise _fail(f"claim {cid!r} excludes {a} option {k!r}, which is no reading of it")
+      if k == opts[a][0]:
+        raise _fail(f"claim {cid!r} excludes {a} option {k!r}, its primary reading; the "
+                    "primary reading is the documented default and cannot be excluded")
+      if not why.strip():
+        raise _fail(f"claim {cid!r} excludes {a} option {k!r} without a reason")
+    evidence = entry.get("evidence", EMPIRICAL)
+    if evidence not in EVIDENCE:
+      raise _fail(f"claim {cid!r} has evidence={evidence!r}; allowed: "
+                  + ", ".join(repr(e) for e in EVIDENCE))
+    if evidence != EMPIRICAL and not str(entry.get("evidence_why", "")).strip():
+      raise _fail(f"claim {cid!r} has evidence={evidence!r} without evidence_why")
     claims.append(Claim(cid, entry["kind"], entry["where"], entry["words"], entry["setting"],
                         entry["step"], entry["criterion"], JUDGES[entry["judge"]], rds,
-                        tuple(entry.get("derived_from", ())), entry.get("figure", "")))
+                        tuple(entry.get("derived_from", ())), entry.get("figure", ""),
+                        excl, evidence, str(entry.get("evidence_why", ""))))
     seen.add(cid)
   return tuple(claims), readings, ambiguities
 

@@ -3,7 +3,8 @@ dict the judges read, and the fields the suite's own forms still need (:data:`WA
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+import math
+from typing import Any, Mapping
 
 from limits.claims.core import num
 
@@ -22,15 +23,6 @@ WANTED_FIELDS = {
         "one layer, per N (the multi-head claim measured directly)",
     },
 }
-
-
-def _measured_with(results: Mapping[str, Any], key: str) -> Optional[Mapping[str, Any]]:
-  """The ``measured`` dict of the first verdict record that has ``key`` (by key, not text)."""
-  for v in results.get("verdicts") or []:
-    m = v.get("measured") if isinstance(v, Mapping) else None
-    if isinstance(m, Mapping) and key in m:
-      return m
-  return None
 
 
 def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] | None = None,
@@ -60,8 +52,18 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       if vals:
         out["max_T_norm"] = max(vals)
       if all("n_exceed_lemma2" in p for p in per_t):
-        out["lemma2_exceed"] = sum(int(p["n_exceed_lemma2"]) for p in per_t)
+        out["lemma2_exceed"] = sum(int(p["n_exceed_lemma2"]) + int(p.get(
+            "all_rows_n_exceed_lemma2", 0)) for p in per_t)
         out["lemma2_rows"] = sum(int(p.get("exact_rows", 0)) for p in per_t)
+        if all("all_rows_lemma2_finite" in p for p in per_t):
+          out["lemma2_pairs"] = sum(int(p.get("all_rows", 0)) for p in per_t)
+          out["lemma2_finite"] = sum(int(p["all_rows_lemma2_finite"]) for p in per_t)
+      # A NaN/inf norm makes every comparison False: a bound would silently read "holds".
+      bad = [p.get("T") for p in per_t if p.get("all_rows_nonfinite_norm")
+             or not math.isfinite(num(p.get("max_norm", 0.0)))
+             or not math.isfinite(num((p.get("counterexample") or {}).get("T_norm", 0.0)))]
+      if bad:
+        out["nonfinite_T"] = bad
       gs = [p.get("g") or {} for p in per_t]
       eps = list(gs[0])
       if eps and all(set(g) == set(eps) for g in gs):
@@ -74,15 +76,13 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
     summary = results.get("summary") or []
     if summary and all("violations" in x for x in summary):
       out["band_violations"] = sum(int(x["violations"]) for x in summary)
-    band = _measured_with(results, "violating_queries")
-    if band and "queries_checked" in band:
+    band = results.get("band")
+    if isinstance(band, Mapping) and "queries_checked" in band:
       out["band_queries"] = int(band["queries_checked"])
-    lemma = _measured_with(results, "exp")
-    if lemma:
-      out["lemma1"] = lemma
-    slopes = _measured_with(results, "loglog_slope_median_max_aL")
-    if slopes:
-      out["lemma1_slopes"] = slopes
+    if isinstance(results.get("lemma1_synthetic"), Mapping):
+      out["lemma1"] = results["lemma1_synthetic"]
+    if isinstance(results.get("lemma1_slopes"), Mapping):
+      out["lemma1_slopes"] = results["lemma1_slopes"]
   elif step.startswith("distance"):
     rows = results.get("summary")
     if isinstance(rows, list) and rows:
@@ -90,6 +90,8 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       out["rows_checked"] = sum(int(num(x.get("rows_checked", 0))) for x in rows)
     if isinstance(results.get("critical_n"), Mapping):
       out["critical"] = results["critical_n"]
+    if isinstance(results.get("critical_scan"), Mapping):
+      out["critical_scan"] = results["critical_scan"]
   elif step.startswith("separability"):
     summary = results.get("summary")
     if isinstance(summary, Mapping):

@@ -112,12 +112,13 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
 
 def check_prerequisites(steps, settings: rp.Settings) -> tuple[Any | None, str]:
   """The model's config and a one-line description of model and corpus; a LimitsError (one
-  line) if the model or the corpus cannot be used. Writes nothing."""
-  if not any(s.uses_model for s in steps):
-    return None, "no model step"
+  line) if the model or the corpus cannot be used. Writes nothing. The model is checked even
+  when no step uses it: a named model that does not exist is an error, not a footnote."""
   from limits import data, sources
 
   config = sources.model_config(settings.model)
+  if not any(s.uses_model for s in steps):
+    return None, f"no model step (model {settings.model} not used)"
   corpus = data.resolve_corpus(text=settings.text, data_dir=settings.data_dir)
   kb = len(corpus.text.encode("utf-8")) / 1e6
   return config, (f"model {settings.model} ({config.n_layer} layers × {config.n_head} heads, "
@@ -151,7 +152,10 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
   "interrupted" and still write the report of what finished (then re-raise). The caller's
   SIGTERM/SIGHUP handlers are back in place when it returns or raises."""
   ctx = config.n_positions if config is not None else None
-  previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+  # The steps run in subprocesses: raising here, in proc.wait, is safe (limits.interrupts
+  # defers SIGINT and SIGTERM in the steps themselves, and in this CLI until here).
+  previous = {sig: signal.signal(sig, _raise_interrupt)
+              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
   t0 = time.perf_counter()
   status: dict[str, dict[str, Any]] = {}
   try:

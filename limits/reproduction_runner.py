@@ -38,8 +38,9 @@ os.execv(sys.executable, [sys.executable, "-m"] + sys.argv[2:])
 """
 
 
-def _terminate(proc: subprocess.Popen, grace: float = 10.0) -> None:
-  """Ends the step's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+def _terminate(proc: subprocess.Popen, grace: float = 30.0) -> None:
+  """Ends the step's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds (the
+  step stops at its next safe point, :mod:`limits.interrupts`, with what it finished written)."""
   for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
     try:
       os.killpg(proc.pid, sig)

@@ -291,3 +291,19 @@ def test_moments_cover_every_experiment_and_mode():
   assert {m[0] for m in MOMENTS} == set(CASES)
   assert {c.split("_")[0] for c in CASES} >= {"distance", "separability", "gradient",
                                                "vanishing", "sweep", "reproduce"}
+
+
+def test_progress_bars_start_no_monitor_thread():
+  """tqdm's monitor thread (started by the first plain bar, as the second half shows) would be
+  one more thread alive when a CLI exits on Ctrl-C; limits.progress bars start none."""
+  code = ("import io, threading\n"
+          "from limits.progress import Progress\n"
+          "with Progress(3, 'x', stream=io.StringIO()) as p:\n"
+          "  p.update(1)\n"
+          "  print(sorted(t.name for t in threading.enumerate()), flush=True)\n"
+          "from tqdm import tqdm\n"
+          "b = tqdm(total=3, file=io.StringIO()); b.update(1)\n"
+          "print(sorted(t.name for t in threading.enumerate()), flush=True)\n")
+  r = _python(code)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.splitlines() == ["['MainThread']", "['MainThread', 'tqdm_monitor']"], r.stdout

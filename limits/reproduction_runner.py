@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from limits import interrupts
 from limits import reproduction as rp
 from limits import results as res
 
@@ -161,6 +162,7 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
   status: dict[str, dict[str, Any]] = {}
   try:
     for step in steps:
+      interrupts.check()  # a signal deferred before the steps started (checks, folder)
       status[step.name] = run_step(step, out, settings, ctx, resume=resume)
   except KeyboardInterrupt:
     running = next((s for s in steps if s.name not in status), None)

@@ -54,6 +54,7 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
       interrupts.check()  # a signal while the flags were parsed
       out = main(argv)
       interrupts.check()  # a signal after the last safe point: the run has written it all
+      interrupts.ignore()  # finished: a signal from here on (teardown) changes nothing
       return out
     except LimitsError as e:
       _fail(str(e))

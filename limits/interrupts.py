@@ -118,6 +118,16 @@ def install() -> None:
     _state["depth"] = 1
 
 
+def ignore() -> None:
+  """Ignores SIGINT and SIGTERM from now on: for a CLI whose run has finished and written
+  everything, during interpreter teardown. Python resets its handlers to the default action
+  there, so a Ctrl-C in those last moments would otherwise kill the process by the signal
+  (exit -2) or raise in an atexit function; ignored, the finished run exits 0."""
+  if threading.current_thread() is threading.main_thread():
+    for sig in SIGNALS:
+      signal.signal(sig, signal.SIG_IGN)
+
+
 def settle() -> None:
   """Waits for every JAX computation still running (no-op if JAX was never imported), so the
   interpreter never exits under XLA's threads."""

@@ -11,7 +11,7 @@ interrupted at seeded moments (:data:`MOMENTS`): each must exit 130 with no trac
 crash, keep the results it wrote, and the same command must then finish in the same folder
 with values identical to an uninterrupted run. One moment runs by default; all of them
 (distance in every mode, separability on model and sphere, gradient, vanishing, sweep,
-reproduce: 23 moments) under ``-m slow``.
+reproduce: 21 moments) under ``-m slow``.
 """
 
 import csv

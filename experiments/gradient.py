@@ -79,7 +79,8 @@ def define_flags() -> None:
       x64="Compute in float64 (a bound is verified here).",
       out_dir="Run directory (default results/gradient/<timestamp>).")
 
-  cli.require(("temperature", "s", "logit_scale"), cli.positive, "be > 0")
+  cli.require(("temperature", "s"), cli.positive, "be > 0")
+  cli.require("logit_scale", cli.positive_number, "be a finite number > 0")  # σ = inf: inf logits
   cli.require("alpha", lambda v: v is not None and v > 1, "be > 1 (α-entmax)")
   cli.require_positive_ints("length", "rows", "dense_max_length", "power_iters", "fd_rows",
                             "t_batch")

@@ -1,8 +1,9 @@
 """Thin helpers shared by every ``experiments/*`` absl script.
 
 - :func:`guard` wraps ``main`` so a :class:`~limits.errors.LimitsError` (or an ``OSError`` such
-  as a full disk) becomes one line ``error: ...`` on stderr with exit code 2, and Ctrl-C exits
-  130 saying where partial results are.
+  as a full disk) becomes one line ``error: ...`` on stderr with exit code 2, and Ctrl-C or
+  SIGTERM exits 130 saying where partial results are: the signal is deferred to the run's next
+  safe point (:mod:`limits.interrupts`), never raised inside a JAX computation.
 - Flag errors exit the same way: importing this module makes ``absl.app.run`` parse flags with
   :func:`parse_flags` (one line ``error: ...``, exit code 2, instead of absl's two lines and
   exit code 1). It also applies the rules common to every CLI: ``--seed`` must be an integer in
@@ -14,7 +15,7 @@
   :func:`require_positive_numbers`; the flags several CLIs share are in :mod:`limits.cli_flags`.
 
 Exit codes: 0 success; 2 bad input, a bad flag, a missing or corrupt file, or a failed write
-(one line on stderr); 130 interrupted (Ctrl-C / SIGINT).
+(one line on stderr); 130 interrupted (Ctrl-C / SIGINT, SIGTERM).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
-from limits import results
+from limits import interrupts, results
 from limits.errors import LimitsError
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = interrupts.EXIT_INTERRUPTED
 SEED_RANGE = (0, 2**32)
 
 flags.DEFINE_boolean("overwrite", False, "Let this run replace the results of a different run "
@@ -39,6 +40,8 @@ flags.DEFINE_boolean("overwrite", False, "Let this run replace the results of a 
 
 def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], object]:
   """Returns main wrapped so user errors exit non-zero with one line and no traceback."""
+
+  interrupts.install()
 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]):
@@ -51,7 +54,11 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
             file=sys.stderr)
       sys.exit(EXIT_USAGE)
     try:
-      return main(argv)
+      interrupts.check()  # a signal while the flags were parsed
+      out = main(argv)
+      interrupts.check()  # a signal after the last safe point: the run has written it all
+      interrupts.ignore()  # finished: a signal from here on (teardown) changes nothing
+      return out
     except LimitsError as e:
       _fail(str(e))
     except OSError as e:  # a write or read the library did not anticipate (disk full, ...)
@@ -59,6 +66,7 @@ def guard(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], 
 
       _fail(oserror_line(e, "write" if e.errno in _WRITE_ERRNOS else "access"))
     except KeyboardInterrupt:
+      interrupts.settle()  # never exit under XLA's threads (issue 30's segfault)
       print("interrupted: results written so far are kept in the run directory",
             file=sys.stderr)
       sys.exit(EXIT_INTERRUPTED)
@@ -102,6 +110,28 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   except flags.Error as e:
     _fail(str(e))
     raise  # unreachable
+  except SystemExit as e:
+    # absl's --help/--helpshort/--helpfull/--helpxml print the help, then sys.exit(1): asking
+    # for help is not an error (exit 0, as argparse and every common tool do).
+    if e.code == 1 and _asks_help(argv):
+      sys.stdout.flush()
+      sys.exit(0)
+    raise
+
+
+HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
+
+
+def _asks_help(argv: Sequence[str]) -> bool:
+  """Whether the command line asks for absl's help (``--help``, ``-?``, ``--helpfull``, ...),
+  before a ``--`` that ends the flags."""
+  for arg in list(argv)[1:]:
+    if arg == "--":
+      return False
+    name = arg.lstrip("-").split("=", 1)[0]
+    if arg.startswith("-") and name in HELP_FLAGS:
+      return True
+  return False
 
 
 # absl.app.run(main) parses with its default flags_parser; make that ours for every CLI.

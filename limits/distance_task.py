@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from limits import cli
+from limits import cli, interrupts
 from limits.errors import check
 
 EXPERIMENT = "distance"
@@ -86,7 +86,8 @@ def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, 
       # same forward, so every reading of the claims can be judged.
       extra = distance_model.PrintedExpectations(ns)
       stats = evaluator.head_stats(tokens, ns, n_cap=max(ns), bound=True,
-                                   on_layer=lambda: bar.update(1), layer_hook=extra)
+                                   on_layer=lambda: (bar.update(1), interrupts.check()),
+                                   layer_hook=extra)  # a safe point per layer
       state["timings"][f"L={L}"] = time.perf_counter() - t0
       rows, summ, ks = distance_model.tabulate(stats, L, ns, n_layer, n_head, form=config.form)
       distance_model.add_head_means(rows, summ, extra.means(), ns)
@@ -94,6 +95,7 @@ def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, 
       summary_rows += summ
       state["ks"] += ks
       flush()
+      interrupts.check()  # a safe point: this L is written
 
 
 SCAN_HEADS, SCAN_DRAWS = 144, 5  # the paper's GPT-2 head count; seeded subsample draws
@@ -180,6 +182,7 @@ def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush, m
       state["timings"][f"scan L={L}"] = time.perf_counter() - t1
       bar.update(1)
       flush()
+      interrupts.check()  # a safe point: this L is written
 
 
 def run(config: DistanceConfig):
@@ -240,10 +243,10 @@ def run(config: DistanceConfig):
     with records.session_store() as store:  # every probe of the search re-reads the records
       _critical_lengths(config, evaluator_on(store), tokens_by_l, crit_rows, state, flush,
                         model.config)
-  flush(final=True)
   if config.plot:
     from limits.plotting import distance as plot_lib
 
     plot_lib.figure2(mode, summary_rows, crit_rows, out_dir / f"fig2_{mode}.png",
                      form=config.form)
+  flush(final=True)  # last: results.json says complete only once every file is written
   return out_dir

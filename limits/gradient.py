@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from limits import cli
+from limits import cli, interrupts
 from limits.errors import LimitsError
 from limits.gradient_rows import (lemma2_all_rows, row_norms, row_range_and_count,
                                   run_temperature, synthetic_rows)
@@ -306,5 +306,6 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
         prog.update(1)
       if checkpoint is not None:  # an interrupted run keeps every finished temperature
         checkpoint(results(False, time.perf_counter() - t0))
+      interrupts.check()  # a safe point: this batch of temperatures is written
   elapsed = time.perf_counter() - t0
   return Result(results(True, elapsed), summaries, per_row, elapsed)

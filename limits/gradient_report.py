@@ -107,7 +107,6 @@ def write_outputs(out_dir, plan, result, write_json: Callable[[dict], object]) -
     res["finding_1_over_4T"] = msg
   res["table"] = table
   res["table_legend"] = table_legend
-  write_json(res)
   results_lib.write_csv(out_dir / "gradient.csv", csv_rows(summaries, epsilons))
   results_lib.write_csv(out_dir / "rows.csv", result.per_row)
   gradient_plot.figure4(summaries, epsilons, out_dir / "gradient.png",
@@ -115,6 +114,7 @@ def write_outputs(out_dir, plan, result, write_json: Callable[[dict], object]) -
                         stat_label=("max over (layer, head) of token-mean g"
                                     if source == "model" else "mean over rows of g"),
                         softmax=name == "softmax")
+  write_json(res)  # last: results.json says complete only once every file is written
   print(f"wrote {out_dir}/results.json, gradient.csv, rows.csv, gradient.png "
         f"({result.seconds:.1f} s)")
   return res

@@ -18,6 +18,14 @@ LINE_FORMAT = ("{desc} {n_fmt}/{total_fmt} ({percentage:5.1f}%) {rate_fmt} elaps
                "ETA {remaining}")
 
 
+class _Bar(tqdm):
+  """tqdm without its monitor thread (``monitor_interval = 0``): the thread only re-tunes
+  ``miniters`` for bars that stall, and a CLI that exits on Ctrl-C (:mod:`limits.interrupts`)
+  should leave no thread of its own behind."""
+
+  monitor_interval = 0
+
+
 class _Lines:
   """The file tqdm writes to off a terminal: each redraw becomes one newline-ended line."""
 
@@ -57,10 +65,10 @@ class Progress:
     self.log_every = log_every
     self.t0 = time.perf_counter()
     if self.tty:
-      self._bar = tqdm(total=self.total, desc=desc, unit=unit, file=self.stream,
+      self._bar = _Bar(total=self.total, desc=desc, unit=unit, file=self.stream,
                        disable=not enabled, dynamic_ncols=True)
     else:
-      self._bar = tqdm(total=self.total, desc=desc, unit=unit, file=_Lines(self.stream),
+      self._bar = _Bar(total=self.total, desc=desc, unit=unit, file=_Lines(self.stream),
                        disable=not enabled, mininterval=log_every, maxinterval=float("inf"),
                        bar_format=LINE_FORMAT, ascii=True)
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from limits import interrupts
 from limits import reproduction as rp
 from limits import results as res
 
@@ -38,8 +39,9 @@ os.execv(sys.executable, [sys.executable, "-m"] + sys.argv[2:])
 """
 
 
-def _terminate(proc: subprocess.Popen, grace: float = 10.0) -> None:
-  """Ends the step's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+def _terminate(proc: subprocess.Popen, grace: float = 30.0) -> None:
+  """Ends the step's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds (the
+  step stops at its next safe point, :mod:`limits.interrupts`, with what it finished written)."""
   for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
     try:
       os.killpg(proc.pid, sig)
@@ -135,12 +137,13 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
 
 def check_prerequisites(steps, settings: rp.Settings) -> tuple[Any | None, str]:
   """The model's config and a one-line description of model and corpus; a LimitsError (one
-  line) if the model or the corpus cannot be used. Writes nothing."""
-  if not any(s.uses_model for s in steps):
-    return None, "no model step"
+  line) if the model or the corpus cannot be used. Writes nothing. The model is checked even
+  when no step uses it: a named model that does not exist is an error, not a footnote."""
   from limits import data, sources
 
   config = sources.model_config(settings.model)
+  if not any(s.uses_model for s in steps):
+    return None, f"no model step (model {settings.model} not used)"
   corpus = data.resolve_corpus(text=settings.text, data_dir=settings.data_dir)
   kb = len(corpus.text.encode("utf-8")) / 1e6
   return config, (f"model {settings.model} ({config.n_layer} layers × {config.n_head} heads, "
@@ -174,11 +177,15 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
   "interrupted" and still write the report of what finished (then re-raise). The caller's
   SIGTERM/SIGHUP handlers are back in place when it returns or raises."""
   ctx = config.n_positions if config is not None else None
-  previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+  # The steps run in subprocesses: raising here, in proc.wait, is safe (limits.interrupts
+  # defers SIGINT and SIGTERM in the steps themselves, and in this CLI until here).
+  previous = {sig: signal.signal(sig, _raise_interrupt)
+              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
   t0 = time.perf_counter()
   status: dict[str, dict[str, Any]] = {}
   try:
     for step in steps:
+      interrupts.check()  # a signal deferred before the steps started (checks, folder)
       status[step.name] = run_step(step, out, settings, ctx, resume=resume)
   except KeyboardInterrupt:
     running = next((s for s in steps if s.name not in status), None)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from limits import cli
+from limits import cli, interrupts
 from limits.errors import check
 
 EXPERIMENT = "separability"
@@ -119,7 +119,8 @@ def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
     for n in ns:
       t0 = time.perf_counter()
       mc = sph.monte_carlo_detail(mc_key, alphas, n, c.dim, c.radius, c.samples, c.chunk,
-                                  devices=c.devices, rule=c.rule, progress=prog.update)
+                                  devices=c.devices, rule=c.rule,
+                                  progress=lambda k: (prog.update(k), interrupts.check()))
       meta["per_N_seconds"][n] = round(time.perf_counter() - t0, 3)
       for h in range(c.heads):
         rows.append({"n": n, "head": h, "frac": mc.mean[h], "stderr": mc.stderr[h],
@@ -129,6 +130,7 @@ def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
       fr.append(mc.mean); lo.append(mc.mean_lower); up.append(mc.mean_upper)
       se.append(mc.stderr); done.append(n)
       _write(c, out_dir, rows, done, fr, lo, up, se, c.heads, meta, n == ns[-1], title)
+      interrupts.check()  # a safe point: this N is written
 
 
 def _model_rows(sums, ns, NL, H, fields):
@@ -202,6 +204,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         if w == 0 or layer == NL - 1:
           meta["seconds"] = round(time.perf_counter() - t0, 3)
           emit(final=(w == last and layer == NL - 1))
+        interrupts.check()  # a safe point per layer (written at the first window's layers)
 
 
 def run(config: SeparabilityConfig, out_dir, ns) -> None:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from limits import interrupts
 from limits.errors import LimitsError, check
 from limits.training_checkpoint import (  # noqa: F401
   CKPT_FILE,
@@ -400,8 +401,9 @@ def train(config: TrainConfig, data: Data, log: Callable[[str], None] = log_line
       last_log = time.time()
       log(f"step {step}/{c.steps} loss {loss:.4f} grad_norm {float(gnorm):.3f} "
           f"lr {float(schedule(step - 1)):.2e} ({dt:.1f}s)")
-    if step % c.ckpt_every == 0:
+    if step % c.ckpt_every == 0 or interrupts.requested():
       checkpoint()
+      interrupts.check()  # Ctrl-C: the step just taken is checkpointed, the same command resumes
     if c.max_train_seconds and time.time() - run_t0 > c.max_train_seconds:
       log(f"--max_train_seconds reached at step {step}; evaluating and exporting")
       stopped_early = True

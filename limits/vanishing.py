@@ -114,7 +114,7 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds, cli, records, sources
+  from limits import bounds, cli, interrupts, records, sources
   from limits import results as res
   from limits.progress import Progress
 
@@ -158,14 +158,16 @@ def run(config: VanishingConfig):
             rows = acc.setdefault((layer, h), [])
             rows.append({k: float(v[h]) for k, v in out.items()})
           bar.update(1)
+          interrupts.check()  # a safe point per layer
       rows_l, summary_l = length_rows(L, acc)
       per_head += rows_l
       timings[f"L={L}"] = time.perf_counter() - t0
       summary.append(summary_l)
       flush(False)
-  flush(True)
+      interrupts.check()  # a safe point: this L is written
   if config.plot:
     from limits.plotting import distance as plot_lib
 
     plot_lib.vanishing_figure(summary, out_dir / "vanishing.png")
+  flush(True)  # last: results.json says complete only once every file is written
   return out_dir

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from limits import results, sweep
+from limits import interrupts, results, sweep
 from limits.errors import LimitsError
 from tests.cli_helpers import interruptible
 
@@ -357,7 +357,7 @@ def test_second_sweep_on_a_busy_folder_refuses_then_interrupt_and_resume(tmp_pat
       first.kill()
   assert first.returncode == 130, err[-2000:]
   assert [ln for ln in err.strip().splitlines() if not ln.startswith("sweep:")] == [
-      "interrupted: results written so far are kept in the run directory"], err
+      interrupts.NOTICE, "interrupted: results written so far are kept in the run directory"], err
   assert not (run / "results.json").exists()
   kept = sweep.collect(run)
   assert 2 <= len(kept) < 20

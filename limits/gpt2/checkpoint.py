@@ -166,6 +166,10 @@ def load(path_or_name, *, dtype: Any = "float32") -> tuple[Config, dict]:
             or path.name.endswith(".index.json")):
       raise LimitsError(f"{path}: not a GPT-2 weight file; give a directory or a .safetensors, "
                         ".safetensors.index.json or .msgpack file")
+  elif not path.is_dir():  # a device (/dev/null), a FIFO, a socket
+    raise LimitsError(f"{path}: not a checkpoint directory or a weight file; give a directory "
+                      "with config.json and model.safetensors, or a .safetensors, "
+                      ".safetensors.index.json or .msgpack file")
   else:
     directory = path
     if not any(directory.iterdir()):

@@ -103,6 +103,12 @@ def llama_config(reader, path):
     raise LimitsError(f"{path}: GGUF header lacks llama.{missing[0]}")
   n_head = int(get("attention.head_count"))
   d = int(get("embedding_length"))
+  if n_head < 1:
+    raise LimitsError(f"{path}: llama.attention.head_count={n_head}; it must be >= 1")
+  if get("attention.key_length") is None and d % n_head:  # before the head dim is derived
+    raise LimitsError(f"{path}: llama.embedding_length={d} is not divisible by "
+                      f"llama.attention.head_count={n_head} (and no llama.attention.key_length "
+                      "gives the head dim)")
   head_dim = int(get("attention.key_length", d // n_head))
   rot = get("rope.dimension_count")
   if rot is not None and int(rot) != head_dim:

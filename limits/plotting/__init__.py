@@ -3,6 +3,7 @@ separability). matplotlib is imported lazily and always with the non-interactive
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -18,11 +19,15 @@ def pyplot():
 
 
 def save(fig, path: str | os.PathLike, dpi: int = 130) -> Path:
-  """Saves atomically (temp file + replace) and closes the figure."""
+  """Saves atomically and closes the figure: rendered in memory, then written by
+  :func:`limits.results.atomic_write_bytes`, so a failed write (a full disk) is one line naming
+  ``path`` and leaves no temporary file (matplotlib writing a temp file itself lost both)."""
+  from limits import results
+
   path = Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-  fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
-  os.replace(tmp, path)
-  pyplot().close(fig)
-  return path
+  buf = io.BytesIO()
+  try:
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+  finally:
+    pyplot().close(fig)
+  return results.atomic_write_bytes(path, buf.getvalue())

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from limits import interrupts
 from limits.errors import check
 from limits.scorecard.candidates import CANDIDATES, FAMILY_LABELS, ssmax_s0
 from limits.scorecard.config import Config, row_keys
@@ -113,6 +114,7 @@ def run(cfg: Config, model, out_dir: Path, *, log: Callable[[str], None] = print
               "row_seconds": time.perf_counter() - t0}
       results.write_json(path, part)
       log(f"row {key}: loss {metrics['loss']['mean']:.4f} ({part['row_seconds']:.1f} s)")
+      interrupts.check()  # a safe point: this row is written
     else:
       log(f"row {key}: reused")
     rows.append(part)

@@ -39,18 +39,16 @@ Execution (JAX's own sharding, no home-made scheduler):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from limits import interrupts
 from limits.errors import check
 from limits.sweep.devices import MESH_AXIS, make_mesh, select_devices
 from limits.sweep.grid import Grid, canonical_json, id_halves
@@ -184,35 +182,6 @@ def _host_batch(exp: Experiment, grid: Grid, b: Sequence[int], static_names, num
   return lines
 
 
-class _StopRequest:
-  requested = False
-
-
-@contextlib.contextmanager
-def _stop_between_batches(log: Callable[[str], None] | None):
-  """Defers the first Ctrl-C (SIGINT) until the batch in flight is recorded, then raises
-  KeyboardInterrupt; a second Ctrl-C stops at once. Inside XLA (a host callback, say) a
-  KeyboardInterrupt would surface as an opaque runtime error and lose the batch. Only in the
-  main thread (signal handlers cannot be set elsewhere)."""
-  stop = _StopRequest()
-  if threading.current_thread() is not threading.main_thread():
-    yield stop
-    return
-
-  def handler(signum, frame):
-    if stop.requested:
-      raise KeyboardInterrupt
-    stop.requested = True
-    if log is not None:
-      log("interrupt: stopping after the batch in flight is recorded (Ctrl-C again to stop now)")
-
-  previous = signal.signal(signal.SIGINT, handler)
-  try:
-    yield stop
-  finally:
-    signal.signal(signal.SIGINT, previous)
-
-
 def _stderr(msg: str) -> None:
   print(f"sweep: {msg}", file=sys.stderr, flush=True)
 
@@ -298,11 +267,12 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
   computed = 0
   seed_arr = np.asarray(seed, dtype=np.uint32)
   show = progress and pidx == 0
+  # Ctrl-C / SIGTERM wait for the batch in flight to be recorded (limits.interrupts): inside
+  # XLA a KeyboardInterrupt would lose the batch or crash the interpreter.
   with Progress(pending, f"sweep {exp.name}", unit="cells", enabled=show) as bar, \
-      _stop_between_batches(log) as stop:
+      interrupts.deferred():
     for b in batches:
-      if stop.requested:  # Ctrl-C arrived during the previous batch, now recorded
-        raise KeyboardInterrupt
+      interrupts.check()  # a safe point: the previous batch is recorded
       if exp.host:
         lines = _host_batch(exp, grid, b, static_names, numeric, fdt, seed, batch_size, pidx,
                             owners, done_mask, host_data)

@@ -3,7 +3,8 @@ the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
 keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every N a
-rank cut (no L × L cumsum), causal query blocks (block b reads only the keys it can see), and
+rank cut (no L × L cumsum), optional causal query blocks (block b reads only the keys it can
+see; off by default, see :func:`layer_sums`), and
 Theorem 2's ξ_i and bounds over the <= N selected weights in sorted order (prefix sums over N,
 not L). :func:`layer_sums_reference` is the previous path (every row sorted, selection and
 bounds over whole rows); tests/test_separability.py checks the two agree (float64, ties).
@@ -17,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.distance_fast import causal_blocks, default_blocks, sort_rows
+from limits.distance_fast import causal_blocks, sort_rows
 from limits.selection import ranks_from_top, top_k_rows
 from limits.separability_rows import (_bounds_from_selected, prefix_min_pairwise_distance,
                                       row_stats, sort_desc)
@@ -146,8 +147,11 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
       fixes the static top-k size); M: radius.
     sorted_rows: accepted for compatibility and unused (selection is ``lax.top_k`` on the
       device).
-    blocks: causal query blocks (default :func:`limits.distance_fast.default_blocks`); the
-      values do not depend on it.
+    blocks: causal query blocks (default 1: the context-vector products then have the shapes
+      of :func:`layer_sums_reference` and give the same bits, so every count N_s is the same;
+      with 4 blocks the products' rounding differs, ~1e-16 relative, which decides a few
+      distance ties ‖α_i x_i − s‖ = r differently on the embedded model: N_s sums differ by
+      ~1e-3 relative).
 
   F = len(LAYER_FIELDS): sums over the kept queries (t > n) of N_s/N, clipped and raw lower
   bound, upper bound, r, delta, the printed upper bound and the number of kept queries. Heads
@@ -158,4 +162,4 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
   ns_host = np.asarray(jax.device_get(ns)).reshape(-1).astype(np.int32)
   L = weights.shape[-1]
   return _layer_kernel(weights, v, jax.device_put(ns_host), M, kmax=int(min(max(ns_host.max(), 1), L)),
-                       rule=rule, blocks=default_blocks(L) if blocks is None else int(blocks))
+                       rule=rule, blocks=1 if blocks is None else int(blocks))

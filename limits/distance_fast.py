@@ -286,18 +286,38 @@ def _prepare(weights, x, ns, dtype):
   return w, x, ns
 
 
+def _device_arrays(weights, x, dtype):
+  """(weights (B·H, L, L), x (B·H, L, d)) as device arrays of ``dtype``: JAX arrays (e.g. a
+  layer's records) stay on the device, NumPy arrays are placed explicitly."""
+  if not isinstance(weights, jax.Array):
+    weights = jax.device_put(np.asarray(weights))
+  if not isinstance(x, jax.Array):
+    x = jax.device_put(np.asarray(x))
+  w = weights.astype(dtype or weights.dtype)
+  B, H, L, _ = w.shape
+  x = x.astype(w.dtype)
+  if x.ndim == 3:
+    x = jnp.broadcast_to(x[:, None], (B, H) + x.shape[1:])
+  return w.reshape(B * H, L, L), x.reshape(B * H, L, x.shape[-1]), (B, H, L)
+
+
 def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed):
   check_inclusion(inclusion)
-  w, x, ns = _prepare(weights, x, ns, dtype)
-  B, H, L, _ = w.shape
-  d = x.shape[-1]
-  blocks = default_blocks(L) if blocks is None else int(blocks)
-  wj, xj = jax.device_put(w.reshape(B * H, L, L)), jax.device_put(x.reshape(B * H, L, d))
+  ns = [int(n) for n in ns]
+  if not ns or min(ns) < 1:
+    raise LimitsError(f"top-N sizes {ns} must be positive integers")
   nsj = jax.device_put(np.asarray(ns, np.int32))
-  if sorted_rows is None and max(ns) <= TOPK_MAX:
+  if sorted_rows is None and max(ns) <= TOPK_MAX:  # device path: no host round trip
+    wj, xj, (B, H, L) = _device_arrays(weights, x, dtype)
     out = layer_kernel(wj, xj, nsj, kmax=min(max(ns), L), inclusion=inclusion, bound=bound,
-                       blocks=blocks, printed=printed)
+                       blocks=default_blocks(L) if blocks is None else int(blocks),
+                       printed=printed)
   else:
+    w, x, ns = _prepare(weights, x, ns, dtype)
+    B, H, L, _ = w.shape
+    d = x.shape[-1]
+    blocks = default_blocks(L) if blocks is None else int(blocks)
+    wj, xj = jax.device_put(w.reshape(B * H, L, L)), jax.device_put(x.reshape(B * H, L, d))
     srt = sort_rows(w) if sorted_rows is None else sorted_rows
     th = thresholds_from_sorted(w, srt, ns)
     # The d_1 gather size is static: the Ns themselves when the bound is computed (Alg. 1-2

@@ -100,13 +100,14 @@ class ModelEvaluator:
     self.cache_bytes = cache_bytes
 
   def _layers(self, tok, dtype):
-    """Yields (weights (1, H, L, L), x) as NumPy arrays of ``dtype`` for each layer."""
+    """Yields (weights (1, H, L, L), x) as device arrays of ``dtype`` for each layer (the layer
+    kernel reads them where they are: no host round trip)."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None
     for _, rec in models.iter_layers(self.params, tok, self.config):
       x = record_vectors(rec, self.vectors, emb)
-      yield np.asarray(rec.weights, dtype), np.asarray(x, dtype)
+      yield rec.weights.astype(dtype), jnp.asarray(x).astype(dtype)
       del rec
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,

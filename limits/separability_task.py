@@ -189,7 +189,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
     for w in range(c.windows):
       last = c.windows - 1
       for layer, rec in models.iter_layers(model.params, tokens[w:w + 1], cfg):
-        weights = np.asarray(rec.weights[0], dtype)                    # (H, L, L)
+        weights = rec.weights[0].astype(dtype)                         # (H, L, L) on device
         x = record_vectors(rec, c.vectors)[0].astype(dtype)
         if x.ndim == 2:                                                # hidden: (L, D) shared
           x = jnp.broadcast_to(x[None], (H,) + x.shape)

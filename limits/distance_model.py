@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.distance_fast import layer_stats, sort_rows
+from limits.distance_fast import layer_stats, layer_stats_printed, sort_rows
 from limits.distance_heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance_rows import check_form, check_inclusion
 from limits.errors import LimitsError
@@ -53,19 +53,25 @@ def _token_embeddings(params, tok):
 
 class PrintedExpectations:
   """A ``layer_hook`` for :meth:`ModelEvaluator.head_stats`: token-averaged printed E (both x̄
-  readings) and reconstructed E with p = N/L per head (``limits.printed.layer_expectation_means``
-  on each layer), averaged over windows; ``means()`` -> ``{name: (n_layer·H, K)}``."""
+  readings) and reconstructed E with p = N/L per head, averaged over windows; ``means()`` ->
+  ``{name: (n_layer·H, K)}``. :meth:`ModelEvaluator.head_stats` fills it from its own layer
+  kernel (:func:`limits.distance_fast.layer_stats_printed`: shared s, c and causal blocks) via
+  :meth:`add`; called as a hook it computes them with ``limits.printed.layer_expectation_means``
+  (the reference path)."""
 
   def __init__(self, ns: Sequence[int]):
     self.ns = [int(n) for n in ns]
     self.parts: dict[int, list] = {}
 
+  def add(self, window, means: dict) -> None:
+    """One layer's token averages ``{name: (H, K)}`` for ``window``."""
+    self.parts.setdefault(window, []).append(means)
+
   def __call__(self, window, weights, x):
     from limits import printed
 
     xh = np.broadcast_to(x[:, None], weights.shape[:2] + x.shape[1:]) if x.ndim == 3 else x
-    self.parts.setdefault(window, []).append(
-        printed.layer_expectation_means(weights[0], xh[0], self.ns))
+    self.add(window, printed.layer_expectation_means(weights[0], xh[0], self.ns))
 
   def means(self) -> dict[str, np.ndarray]:
     per_window = [{k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
@@ -102,7 +108,8 @@ class ModelEvaluator:
     self.layer_source = layer_source
 
   def _layers(self, tok, dtype):
-    """Yields (weights (1, H, L, L), x) as NumPy arrays of ``dtype`` for each layer."""
+    """Yields (weights (1, H, L, L), x) as device arrays of ``dtype`` for each layer (the layer
+    kernel reads them where they are: no host round trip)."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None
@@ -110,7 +117,7 @@ class ModelEvaluator:
               else self.layer_source(tok))
     for _, rec in layers:
       x = record_vectors(rec, self.vectors, emb)
-      yield np.asarray(rec.weights, dtype), np.asarray(x, dtype)
+      yield jnp.asarray(rec.weights).astype(dtype), jnp.asarray(x).astype(dtype)
       del rec
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
@@ -118,19 +125,26 @@ class ModelEvaluator:
     """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads.
 
     ``n_cap`` is accepted for compatibility (every N is exact, whatever the cap).
-    ``layer_hook(window, weights (1, H, L, L), x)`` sees every layer's arrays of the same forward
-    (e.g. :class:`PrintedExpectations`), so other per-layer statistics need no second pass.
+    ``layer_hook(window, weights (1, H, L, L), x)`` sees every layer's arrays of the same forward,
+    so other per-layer statistics need no second pass; a :class:`PrintedExpectations` hook is
+    filled from the layer kernel itself (no second pass over the L × L rows).
     """
     dtype = np.dtype(dtype) if dtype is not None else self.dtype
     tokens = jnp.asarray(tokens, jnp.int32)
     ns = [int(n) for n in ns]
+    folded = isinstance(layer_hook, PrintedExpectations) and layer_hook.ns == ns
     total = None
     for w in range(tokens.shape[0]):
       layers = []
       for wts, x in self._layers(tokens[w:w + 1], dtype):
-        hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype)
+        if folded:
+          hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
+                                          dtype=dtype)
+          layer_hook.add(w, {k: v[0] for k, v in means.items()})
+        else:
+          hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype)
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
-        if layer_hook is not None:
+        if layer_hook is not None and not folded:
           layer_hook(w, wts, x)
         if on_layer is not None:
           on_layer()

@@ -13,8 +13,10 @@ same keys on rows full of ties):
   traced (Theorem 2 on sampled rows, :mod:`limits.separability_rows`).
 - :func:`sort_rows` + :func:`thresholds_from_sorted` / :func:`thresholds` +
   :func:`select_thresholds`: every causal row of a layer sorted once on the host (NumPy's sort
-  is ~20× XLA's on CPU), each N a threshold with an index cut for ties at the N-th place (the
-  fast per-layer paths of Theorems 1 and 2).
+  is ~20× XLA's on CPU), each N a threshold with an index cut for ties at the N-th place (any N
+  up to L: Algorithm 3's search).
+- :func:`top_k_rows` + :func:`ranks_from_top`: the top k keys of every row on the device under
+  jit (``lax.top_k``, static k), for the per-layer paths of Algorithms 1, 2 and 4 (N ≤ k).
 """
 
 from __future__ import annotations
@@ -150,3 +152,48 @@ def thresholds(weights, ns: Sequence[int]) -> Thresholds:
 def select_thresholds(a, thr, cut, vis, kpos):
   """(R, K) selected keys for one N: thr, cut (R,) per row; vis (R, K) causal; kpos (K,)."""
   return vis & ((a > thr[:, None]) | ((a == thr[:, None]) & (kpos[None, :] <= cut[:, None])))
+
+
+def top_k_rows(a, vis, k: int, ns):
+  """Indices (R, k) int32 of the k largest visible weights of each row, in selection order
+  (weight descending, ties to the lower index), on the device; masked keys come last.
+
+  XLA's CPU top-k is fast only for float32, so a float64 row is selected from its float32
+  rounding. Rounding is monotone, so for every N in ``ns`` the first N indices are exactly
+  the float64 I_N when (a) the row is exactly representable in float32 (model records are
+  float32: always), or (b) the N-th and (N+1)-th float32 values differ (a float32 tie can only
+  hide an order at that boundary), or (c) the row has <= N visible keys. Where some row and N
+  meet none of these (margin: a float32 tie straddling the N-th place), the whole block is
+  recomputed by a float64 stable sort (``lax.cond``: the rare path costs nothing otherwise).
+
+  a: (R, C) weights (float32 or float64); vis: (R, C) bool; k <= C static; ns: (K,) int top-N
+  sizes (may be traced), each <= k − 1 or >= C, so the check (b) sees the (N+1)-th value
+  (callers take k = min(max N + 1, C)).
+  """
+  key32 = jnp.where(vis, a.astype(jnp.float32), -jnp.inf)
+  v32, idx = lax.top_k(key32, k)  # (R, k)
+  idx = idx.astype(jnp.int32)
+  if a.dtype == jnp.float32:
+    return idx
+  ns = jnp.atleast_1d(jnp.asarray(ns, jnp.int32))
+  exact_row = jnp.all(~vis | (a == a.astype(jnp.float32).astype(a.dtype)), axis=-1)  # (R,)
+  j = jnp.clip(ns, 1, k - 1)  # boundary positions N − 1 | N
+  above = jnp.take(v32, j - 1, axis=-1)  # (R, K) N-th largest (float32)
+  below = jnp.take(v32, j, axis=-1)  # (R, K) (N+1)-th largest
+  ok = exact_row[:, None] | (above > below) | (below == -jnp.inf) | (ns[None, :] >= a.shape[-1])
+  key = jnp.where(vis, -a, jnp.inf)  # ascending (−α, index): the tie rule
+
+  def exact():
+    pos = lax.broadcasted_iota(jnp.int32, a.shape, a.ndim - 1)
+    _, order = lax.sort((key, pos), dimension=a.ndim - 1, is_stable=True, num_keys=1)
+    return order[..., :k]
+
+  return lax.cond(jnp.all(ok), lambda: idx, exact)
+
+
+def ranks_from_top(idx, C: int):
+  """(R, C) int32 rank of each key in the order of ``idx`` (R, k); keys outside it get k.
+  Selection for N <= k: ``vis & (rank < N)``."""
+  R, k = idx.shape
+  rank = jnp.full((R, C), k, jnp.int32)
+  return rank.at[jnp.arange(R)[:, None], idx].set(jnp.arange(k, dtype=jnp.int32)[None, :])

@@ -169,7 +169,6 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
   fields = separability_model.LAYER_FIELDS
   sums = np.zeros((NL, H, K, len(fields)))
   dtype = jnp.float64 if c.x64 else jnp.float32
-  ns_arr = jnp.asarray(ns, jnp.int32)
   meta = {"source": "model", "model": model.info(), "L": c.length, "M": c.radius,
           "windows": c.windows, "vectors": f"{c.vectors} vectors on the sphere (AMBIG-7)",
           "queries": "all queries, causal prefix, t <= N skipped (AMBIG-8)",
@@ -191,15 +190,14 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
       last = c.windows - 1
       for layer, rec in records.iter_layers(model, tokens[w:w + 1],
                                             fields=record_fields(c.vectors)):
-        weights = np.asarray(rec.weights[0], dtype)                    # (H, L, L)
-        x = record_vectors(rec, c.vectors)[0].astype(dtype)
+        weights = jnp.asarray(rec.weights[0], dtype)                   # (H, L, L) on device
+        x = jnp.asarray(record_vectors(rec, c.vectors)[0], dtype)
         if x.ndim == 2:                                                # hidden: (L, D) shared
           x = jnp.broadcast_to(x[None], (H,) + x.shape)
         v = x                                                          # (H, L, d)
         del rec
-        srt = separability_model.sort_rows_host(weights)              # one sort per row
-        sums[layer] += np.asarray(separability_model.layer_sums(
-            weights, v, ns_arr, c.radius, rule=c.rule, sorted_rows=srt), np.float64)
+        sums[layer] += np.asarray(separability_model.layer_sums(   # selection on device
+            weights, v, ns, c.radius, rule=c.rule), np.float64)
         prog.update(1)                                                 # (H, K, F) added
         if w == 0 or layer == NL - 1:
           meta["seconds"] = round(time.perf_counter() - t0, 3)

@@ -93,3 +93,94 @@ def test_float32_and_float64_agree_on_embedded_model():
   np.testing.assert_allclose(p32, p64, atol=1e-6)
   assert [p > 0.01 for p in p32] == [p > 0.01 for p in p64]
   assert c32.n == c64.n and c32.evaluated.keys() == c64.evaluated.keys()
+
+
+def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
+  """d_1² from the per-key prefix maxima (exact check, gather fallback) equals the gather of
+  every row, float64 bitwise; rows are built so that for some the farthest visible pair lies
+  inside I_N (the prefix maximum alone would be too large there: checked, so the fallback is
+  exercised) and for others it does not."""
+  from limits import distance_fast as df
+  from limits import selection
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(5)
+    L, d, n = 40, 3, 4
+    x = rng.normal(size=(L, d))
+    x[0], x[1] = 20.0, -20.0                  # the farthest pair: keys 0 and 1
+    w = _causal_weights(rng, 1, 1, L)[0, 0]
+    w[::2, :2] = 5.0                          # even rows select keys 0 and 1 first
+    w = np.tril(w)
+    w /= w.sum(-1, keepdims=True)
+    xj = jnp.asarray(x)
+    n2 = jnp.sum(xj * xj, -1)
+    dist2 = n2[:, None] + n2[None, :] - 2.0 * (xj @ xj.T)
+    vis = jnp.asarray(np.tri(L, dtype=bool))
+    idx = selection.top_k_rows(jnp.asarray(w), vis, n + 1, jnp.asarray([n]))
+    sel = vis & (selection.ranks_from_top(idx, L) < n)
+    rest = vis & ~sel
+    P, I = df.prefix_maxima(dist2)
+    got = np.asarray(df._d1_sq_prefix(sel, rest, dist2, idx, P, I, cap=n))
+    want = np.asarray(df._d1_sq(sel, rest, dist2, cap=n, row_block=8))
+    np.testing.assert_array_equal(got, want)
+    upper = np.asarray(jnp.max(jnp.where(sel, P, -jnp.inf), axis=-1))
+    rows = np.arange(n, L)                    # rows with a non-selected key
+    assert (upper[rows] > want[rows]).any()   # fallback rows exist
+    assert (upper[rows] == want[rows]).any()  # and rows decided by the prefix maxima
+
+
+@pytest.mark.parametrize("blocks", [1, 4])
+def test_printed_expectations_folded_into_layer_stats(blocks):
+  """layer_stats_printed: the printed E (both x̄ readings) and E with p = N/L from the layer
+  kernel equal limits.printed.layer_expectation_means (the reference, full L² per head) to
+  1e-12 relative (float64, same terms summed in another order), and its HeadStats equal the
+  host-threshold path's bitwise (selection on the device vs on the host, d_1 from prefix
+  maxima vs the gather), with ties at the N-th place."""
+  from limits import distance_fast as df
+  from limits import printed
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(7)
+    B, H, L, d = 1, 2, 140, 4
+    w = _causal_weights(rng, B, H, L)
+    w[0, 0, 100, 3:40] = w[0, 0, 100, 2]
+    x = rng.normal(size=(B, H, L, d))
+    ns = [1, 5, 10, 20, 100]
+    st, means = df.layer_stats_printed(w, x, ns, blocks=blocks)
+    ref = printed.layer_expectation_means(w[0], x[0], ns)
+    for key in df.PRINTED:
+      np.testing.assert_allclose(means[key][0], ref[key], rtol=1e-12, err_msg=key)
+    host = df.layer_stats(w, x, ns, sorted_rows=df.sort_rows(w), blocks=blocks)
+    for name in st._fields:
+      np.testing.assert_array_equal(getattr(st, name), getattr(host, name), err_msg=name)
+
+
+def test_layer_kernels_make_no_implicit_host_transfer():
+  """The per-layer statistics of Algorithms 1, 2 (limits.distance_fast.layer_kernel, printed E
+  included) and 4 (limits.separability_model.layer_sums) run under
+  jax.transfer_guard("disallow"): inputs placed explicitly, results fetched explicitly, no
+  implicit transfer inside. The same calls with a NumPy input are refused (the guard works)."""
+  from limits import distance_fast as df
+  from limits import separability_model as sm
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(1)
+    H, L, d = 2, 24, 3
+    w = _causal_weights(rng, 1, H, L)[0]
+    x = rng.normal(size=(H, L, d))
+    wj, xj = jax.device_put(w), jax.device_put(x)
+    ns1, ns2 = jax.device_put(np.array([5], np.int32)), jax.device_put(np.array([1, 5, 10],
+                                                                                np.int32))
+    one = jax.device_put(np.float64(1.0))
+    for ns in (ns1, ns2):  # compile outside the guard
+      df.layer_kernel(wj, xj, ns, kmax=10, printed=True, blocks=1)
+    sm.layer_sums(wj, xj, [1, 2, 4, 8], one)
+    with jax.transfer_guard("disallow"):
+      for ns in (ns1, ns2):  # Algorithms 1 and 2
+        st, extra = jax.device_get(df.layer_kernel(wj, xj, ns, kmax=10, printed=True,
+                                                   blocks=1))
+        assert np.isfinite(extra).all() and st.count.shape == (H, ns.shape[0])
+      sums = jax.device_get(sm.layer_sums(wj, xj, [1, 2, 4, 8], one))  # Algorithm 4
+      assert sums.shape == (H, 4, len(sm.LAYER_FIELDS))
+      with pytest.raises(Exception, match="[Dd]isallowed"):
+        df.layer_kernel(w, xj, ns1, kmax=10, printed=True, blocks=1)

@@ -455,3 +455,28 @@ def test_host_sorted_rows_give_the_same_layer_sums():
     b = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0,
                                 sorted_rows=jnp.asarray(host))
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("blocks", [1, 4])
+def test_device_layer_sums_equal_the_reference_path(blocks):
+  """layer_sums (device top-k, bounds over the <= N selected weights, causal blocks) equals
+  layer_sums_reference (every row sorted, whole-row cumsums) to 1e-12 relative, float64, with
+  ties at the N-th place; weights not representable in float32 (the float64 recheck path) and
+  rounded to float32 (the records' case). Every field, the counts included."""
+  from limits import separability_model as sm
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(4)
+    H, L, d = 2, 150, 5
+    logits = np.where(np.tri(L, dtype=bool), rng.normal(size=(H, L, L)) * 2, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    w[0, 10, :5] = w[0, 10, 5]                                   # ties
+    w[1, 100:, 3:9] = 0.01
+    v = rng.normal(size=(H, L, d))
+    ns = [1, 2, 4, 8, 16, 32]
+    for ww in (w, w.astype(np.float32).astype(np.float64)):
+      ref = np.asarray(sm.layer_sums_reference(jnp.asarray(ww), jnp.asarray(v),
+                                               jnp.asarray(ns), 1.0))
+      got = np.asarray(sm.layer_sums(jnp.asarray(ww), jnp.asarray(v), ns, 1.0, blocks=blocks))
+      np.testing.assert_allclose(got, ref, rtol=1e-12)

@@ -9,12 +9,17 @@ undoes it so the weights match HF's rotate-half convention.
 The tokenizer is rebuilt from the file's vocabulary and merges with HF ``tokenizers``:
 byte-level BPE with the file's pre-tokenizer (``tokenizer.ggml.pre``: GPT-2's regex, with
 digits split one by one for ``smollm``-style vocabularies), control tokens as special tokens.
+
+A model split by ``gguf-split`` (``split.count`` > 1) is read from its first file
+``<prefix>-00001-of-<count>.gguf``; the other splits are the files of the same prefix beside
+it, each refused if it resolves outside that folder (``limits.models.files.inside``).
 """
 
 from __future__ import annotations
 
 import functools
 import pathlib
+import re
 from typing import Any
 
 import numpy as np
@@ -25,6 +30,7 @@ ARCHITECTURES = ("llama",)
 # tokenizer.ggml.pre values whose pre-tokenizer splits digits individually before GPT-2's regex.
 _DIGIT_SPLIT_PRE = ("smollm", "llama-bpe", "llama3", "deepseek-llm", "falcon3")
 _TOKEN_CONTROL = 3  # gguf TokenType.CONTROL
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 # GGUF tensor names (after ``blk.<i>.``) -> HF Llama names (after ``layers.<i>.``).
 _LAYER_NAMES = {
@@ -82,9 +88,33 @@ def _field(reader, key: str, default=None):
     raise LimitsError(f"GGUF metadata {key} is unreadable ({first_line(e)})") from None
 
 
+def split_readers(reader, path) -> list:
+  """The readers of every split of the model whose first file ``path`` is (``[reader]`` for
+  an unsplit file); each split must lie inside ``path``'s folder (one line otherwise)."""
+  from limits.models import files
+
+  count = _field(reader, "split.count")
+  if count is None or count == 1:
+    return [reader]
+  path = pathlib.Path(path)
+  match = _SPLIT_NAME.match(path.name)
+  if not isinstance(count, int) or count < 1 or not match or int(match["count"]) != count:
+    raise LimitsError(f"{path}: GGUF split.count={count!r} does not match the file name; a split "
+                      f"model is named <prefix>-00001-of-<count, 5 digits>.gguf")
+  readers = []
+  for number in range(1, count + 1):
+    split = path.parent / f"{match['prefix']}-{number:05d}-of-{count:05d}.gguf"
+    files.inside(split, path.parent, "GGUF split file")
+    readers.append(reader if split.name == path.name else open_reader(split))
+  return readers
+
+
 def architecture(reader, path) -> str:
   """``general.architecture``; one line listing the supported ones for anything else."""
   arch = _field(reader, "general.architecture")
+  if arch is None and _field(reader, "split.no", 0) not in (0, None):
+    raise LimitsError(f"{path}: a later split of a split GGUF model; give its first file "
+                      "(<prefix>-00001-of-<count>.gguf)")
   if arch not in ARCHITECTURES:
     raise LimitsError(f"{path}: GGUF architecture {arch!r} is not supported; supported: "
                       f"{', '.join(ARCHITECTURES)}")
@@ -115,7 +145,7 @@ def llama_config(reader, path):
   vocab = get("vocab_size") or (len(tokens) if tokens is not None else None)
   if vocab is None:
     raise LimitsError(f"{path}: GGUF header gives no vocabulary size")
-  names = {t.name for t in reader.tensors}
+  names = {t.name for r in split_readers(reader, path) for t in r.tensors}
   return Config(n_layer=int(get("block_count")), n_head=n_head,
                 n_kv_head=int(get("attention.head_count_kv", n_head)), n_embd=d,
                 head_dim=head_dim if head_dim != d // n_head else None,
@@ -189,7 +219,9 @@ def load(path, *, dtype="float32"):
   reader = open_reader(path)
   architecture(reader, path)
   config = llama_config(reader, path)
-  flat = read_llama_tensors(reader, config, path)
+  flat = {}
+  for split in split_readers(reader, path):
+    flat.update(read_llama_tensors(split, config, path))
   files.check_tensors(flat, llama_model.checkpoint_shapes(config), path, "Llama")
   return config, files.cast(flat, dtype)
 

@@ -30,6 +30,11 @@ ARCHITECTURES = ("llama",)
 # tokenizer.ggml.pre values whose pre-tokenizer splits digits individually before GPT-2's regex.
 _DIGIT_SPLIT_PRE = ("smollm", "llama-bpe", "llama3", "deepseek-llm", "falcon3")
 _TOKEN_CONTROL = 3  # gguf TokenType.CONTROL
+# llama.* header keys read as integers and as numbers (checked before use: one line each).
+_INTEGER_KEYS = ("block_count", "embedding_length", "feed_forward_length", "context_length",
+                 "attention.head_count", "attention.head_count_kv", "attention.key_length",
+                 "rope.dimension_count", "vocab_size")
+_NUMBER_KEYS = ("attention.layer_norm_rms_epsilon", "rope.freq_base")
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 # GGUF tensor names (after ``blk.<i>.``) -> HF Llama names (after ``layers.<i>.``).
@@ -123,6 +128,7 @@ def architecture(reader, path) -> str:
 
 def llama_config(reader, path):
   """The Llama ``Config`` of a GGUF header (``llama.*`` keys)."""
+  from limits.models.checks import check_types, is_positive_int
   from limits.models.llama.config import Config
 
   get = lambda k, d=None: _field(reader, f"llama.{k}", d)
@@ -131,29 +137,43 @@ def llama_config(reader, path):
   missing = [k for k in need if get(k) is None]
   if missing:
     raise LimitsError(f"{path}: GGUF header lacks llama.{missing[0]}")
-  n_head = int(get("attention.head_count"))
-  d = int(get("embedding_length"))
-  head_dim = int(get("attention.key_length", d // n_head))
+  check_types({f"llama.{k}": get(k) for k in _INTEGER_KEYS + _NUMBER_KEYS}, f"{path}: GGUF",
+              integers=_INTEGER_KEYS, numbers=_NUMBER_KEYS, prefix="llama.")
+  n_head = get("attention.head_count")
+  d = get("embedding_length")
+  for key in ("attention.head_count", "embedding_length", "attention.key_length"):
+    if get(key) is not None and not is_positive_int(get(key)):
+      raise LimitsError(f"{path}: GGUF llama.{key}={get(key)} must be a positive integer")
+  if get("attention.key_length") is None and d % n_head:
+    raise LimitsError(f"{path}: GGUF llama.embedding_length={d} is not divisible by "
+                      f"llama.attention.head_count={n_head} (and no llama.attention.key_length "
+                      "gives the head width)")
+  head_dim = get("attention.key_length", d // n_head)
   rot = get("rope.dimension_count")
-  if rot is not None and int(rot) != head_dim:
+  if rot is not None and rot != head_dim:
     raise LimitsError(f"{path}: partial rotary (llama.rope.dimension_count={rot}, head "
                       f"dim {head_dim}) is not supported")
   scaling = get("rope.scaling.type")
   if scaling not in (None, "none"):
     raise LimitsError(f"{path}: RoPE scaling {scaling!r} is not supported (plain RoPE only)")
   tokens = _field(reader, "tokenizer.ggml.tokens")
-  vocab = get("vocab_size") or (len(tokens) if tokens is not None else None)
+  vocab = get("vocab_size")
+  if vocab is None and isinstance(tokens, list):
+    vocab = len(tokens)
   if vocab is None:
     raise LimitsError(f"{path}: GGUF header gives no vocabulary size")
   names = {t.name for r in split_readers(reader, path) for t in r.tensors}
-  return Config(n_layer=int(get("block_count")), n_head=n_head,
-                n_kv_head=int(get("attention.head_count_kv", n_head)), n_embd=d,
-                head_dim=head_dim if head_dim != d // n_head else None,
-                d_mlp=int(get("feed_forward_length")), n_positions=int(get("context_length")),
-                vocab_size=int(vocab),
-                rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-                rope_theta=float(get("rope.freq_base", 10000.0)),
-                tie_word_embeddings="output.weight" not in names)
+  try:
+    return Config(n_layer=get("block_count"), n_head=n_head,
+                  n_kv_head=get("attention.head_count_kv", n_head), n_embd=d,
+                  head_dim=head_dim if head_dim != d // n_head else None,
+                  d_mlp=get("feed_forward_length"), n_positions=get("context_length"),
+                  vocab_size=vocab,
+                  rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+                  rope_theta=float(get("rope.freq_base", 10000.0)),
+                  tie_word_embeddings="output.weight" not in names)
+  except LimitsError as e:
+    raise LimitsError(f"{path}: GGUF header gives {e}") from None
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -189,7 +209,7 @@ def read_llama_tensors(reader, config, path) -> dict[str, np.ndarray]:
     name = tensor.name
     if name in _GLOBAL_NAMES:
       hf = _GLOBAL_NAMES[name]
-    elif name.startswith("blk."):
+    elif name.startswith("blk.") and name.count(".") >= 2:
       _, index, rest = name.split(".", 2)
       if rest not in _LAYER_NAMES:
         if rest.startswith("rope_freqs"):
@@ -199,10 +219,10 @@ def read_llama_tensors(reader, config, path) -> dict[str, np.ndarray]:
     else:
       raise LimitsError(f"{path}: unexpected tensor {name} for a Llama model")
     w = _dequantize(tensor, path)
-    if rest_is(name, "attn_q.weight"):
-      w = unpermute(w, config.n_head)
-    elif rest_is(name, "attn_k.weight"):
-      w = unpermute(w, config.n_kv_head)
+    heads = (config.n_head if rest_is(name, "attn_q.weight")
+             else config.n_kv_head if rest_is(name, "attn_k.weight") else None)
+    if heads is not None and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
+      w = unpermute(w, heads)  # other shapes: check_tensors names the mismatch
     flat[hf] = w
   return flat
 
@@ -214,6 +234,7 @@ def rest_is(name: str, suffix: str) -> bool:
 def load(path, *, dtype="float32"):
   """``(config, flat tensors)`` of a Llama GGUF; every problem one LimitsError naming the file."""
   from limits.models import files
+  from limits.models.checks import check_layer_count
   from limits.models.llama import model as llama_model
 
   reader = open_reader(path)
@@ -222,6 +243,7 @@ def load(path, *, dtype="float32"):
   flat = {}
   for split in split_readers(reader, path):
     flat.update(read_llama_tensors(split, config, path))
+  check_layer_count(config.n_layer, len(flat), path)
   files.check_tensors(flat, llama_model.checkpoint_shapes(config), path, "Llama")
   return config, files.cast(flat, dtype)
 

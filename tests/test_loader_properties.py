@@ -26,11 +26,10 @@ from hypothesis import strategies as st
 from limits import gpt2, models
 from limits.errors import LimitsError
 from limits.gpt2.config import Config as Gpt2Config
-from limits.models import gguf_file
 from limits.models.llama.config import Config as LlamaConfig
 from tests.test_models_loading import CONFIG as LLAMA_CONFIG
 from tests.test_models_loading import _flat as llama_flat
-from tests.test_models_loading import _llama_permute
+from tests.test_models_loading import add_llama_tensors
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -242,25 +241,13 @@ def llama_tensors():
 
 def _write_gguf(path, header: dict, flat) -> None:
   """A GGUF with ``header`` ({llama.* key: (writer method, value)}) and the test model's
-  tensors in llama.cpp's names and row order."""
+  tensors (``add_llama_tensors``)."""
   import gguf
 
   w = gguf.GGUFWriter(str(path), "llama")
   for key, (method, value) in header.items():
     getattr(w, method)(f"llama.{key}", value)
-  names = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}
-  inv = {v: k for k, v in gguf_file._LAYER_NAMES.items()}
-  for name, value in flat.items():
-    if name.startswith("layers."):
-      _, i, rest = name.split(".", 2)
-      gname = f"blk.{i}.{inv[rest]}"
-      if rest == "self_attn.q_proj.weight":
-        value = _llama_permute(value, LLAMA_CONFIG.n_head)
-      elif rest == "self_attn.k_proj.weight":
-        value = _llama_permute(value, LLAMA_CONFIG.n_kv_head)
-    else:
-      gname = names[name]
-    w.add_tensor(gname, np.ascontiguousarray(value, dtype=np.float32))
+  add_llama_tensors(w, LLAMA_CONFIG, flat)
   w.write_header_to_file()
   w.write_kv_data_to_file()
   w.write_tensors_to_file()

@@ -6,9 +6,7 @@ from another process). Each test names the mutation it kills; all were confirmed
 mutation applied by hand and green without it.
 """
 
-import fcntl
 import math
-import os
 import subprocess
 import sys
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 
 from limits import bounds, results, stats
+from limits.errors import LimitsError
 from limits.claims import assessment
 from limits.claims.core import DEPENDS, FAILS, HOLDS, NOT_TESTABLE, Claim, Reading, Verdict
 from limits.claims.judges_distance import judge_fig2b_converge_printed
@@ -184,4 +183,16 @@ def test_prepare_out_dir_holds_the_run_lock(tmp_path):
   run = results.prepare_out_dir(tmp_path / "run", "test", identity={"x": 1}, overwrite=False)
   assert results.is_locked(run)
   assert not _other_process_can_lock(run)
-  assert fcntl and os  # (imports used by the probe's text only)
+
+
+# Survivors of the mutmut run over stats.py (tools/mutation_run.py) that were not equivalent. -----
+
+def test_ks_needs_two_non_empty_samples_and_accepts_a_single_value():
+  import scipy.stats
+
+  r = stats.ks_2samp([1.0, 2.0, 3.0], [0.5])  # one value is a sample: scipy's answer
+  ref = scipy.stats.ks_2samp([1.0, 2.0, 3.0], [0.5])
+  assert (r.statistic, r.pvalue) == (float(ref.statistic), float(ref.pvalue))
+  for a, b in (([1.0], []), ([], [1.0]), ([np.nan], [1.0]), ([1.0, 2.0], [np.inf, np.nan])):
+    with pytest.raises(LimitsError, match="non-empty samples"):
+      stats.ks_2samp(a, b)

@@ -196,3 +196,33 @@ def test_ks_needs_two_non_empty_samples_and_accepts_a_single_value():
   for a, b in (([1.0], []), ([], [1.0]), ([np.nan], [1.0]), ([1.0, 2.0], [np.inf, np.nan])):
     with pytest.raises(LimitsError, match="non-empty samples"):
       stats.ks_2samp(a, b)
+
+
+def test_fit_ratio_and_linear_fit_against_closed_forms():
+  # Non-proportional points: c = Σ l·n / Σ l² = 13/14; the free line (numpy.polyfit) 1 + L/2.
+  f = stats.fit_ratio([1, 2, 3], [1, 3, 2])
+  slope, intercept = np.polyfit([1, 2, 3], [1, 3, 2], 1)
+  assert f["ratio"] == pytest.approx(13 / 14, rel=1e-15) and f["points"] == 3
+  assert f["slope"] == pytest.approx(slope, rel=1e-12)
+  assert f["intercept"] == pytest.approx(intercept, rel=1e-12)
+  assert f["r2"] == pytest.approx(np.corrcoef([1, 2, 3], [1, 3, 2])[0, 1] ** 2, rel=1e-12)
+  # Non-finite points on either side are dropped: (1, 2), (2, 4) remain.
+  g = stats.fit_ratio([1, 2, np.nan, 4, 5], [2, 4, 5, np.inf, -np.inf])
+  assert (g["ratio"], g["points"], g["slope"], g["r2"]) == (2.0, 2, pytest.approx(2.0), 1.0)
+  assert g["intercept"] == pytest.approx(0.0, abs=1e-12)
+  empty = {"ratio": None, "slope": None, "intercept": None, "r2": None, "points": 0}
+  assert stats.fit_ratio([], []) == empty and stats.fit_ratio([np.nan], [1.0]) == empty
+  one = stats.fit_ratio([2.0], [3.0])
+  assert one["ratio"] == 1.5 and one["points"] == 1 and one["slope"] is None
+  assert stats.linear_fit([1, 3], [1, 2]) == {"slope": 0.5, "intercept": 0.5, "r2": 1.0}
+
+
+def test_loglog_slope_keeps_only_finite_positive_points():
+  line = ([0.01, 1, 10, 100], [0.01, 1, 10, 100])  # slope 1, including a point below 1
+  assert stats.loglog_slope(*line) == pytest.approx(1.0, rel=1e-12)
+  for x, y in ((0.0, 5.0), (-1.0, 5.0), (5.0, 0.0), (5.0, -1.0), (np.nan, 5.0), (5.0, np.inf),
+               (np.inf, 5.0), (5.0, np.nan)):
+    assert stats.loglog_slope(line[0] + [x], line[1] + [y]) == pytest.approx(1.0, rel=1e-12)
+  assert stats.loglog_slope([1, 10], [1, 1000]) == pytest.approx(3.0, rel=1e-12)
+  assert np.isnan(stats.loglog_slope([1, 0], [1, 5]))      # one positive point left
+  assert np.isnan(stats.loglog_slope([3, 3], [1, 5]))      # every x equal

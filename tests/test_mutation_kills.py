@@ -226,3 +226,39 @@ def test_loglog_slope_keeps_only_finite_positive_points():
   assert stats.loglog_slope([1, 10], [1, 1000]) == pytest.approx(3.0, rel=1e-12)
   assert np.isnan(stats.loglog_slope([1, 0], [1, 5]))      # one positive point left
   assert np.isnan(stats.loglog_slope([3, 3], [1, 5]))      # every x equal
+
+
+@pytest.mark.parametrize("method", ["scan", "bisect"])
+def test_critical_n_contract(method):
+  """Survivors of the stats.py run in critical_n/_summarise: range, alpha and N-range edges,
+  probes only inside [n_min, n_max], the recorded method/alpha and both monotonicity flags."""
+  probed = []
+
+  def p(ns):
+    probed.extend(ns)
+    return [0.5 if n >= 7 else 0.001 for n in ns]
+
+  res = stats.critical_n(p, 3, 20, alpha=0.01, method=method)
+  assert (res.n, res.alpha, res.method) == (7, 0.01, method)
+  assert min(probed) >= 3 and max(probed) <= 20 and sorted(res.evaluated) == sorted(set(probed))
+  assert res.decisions_monotone and res.pvalues_monotone
+  assert res.as_dict()["critical_n"] == 7 and res.as_dict()["method"] == method
+  assert stats.critical_n(lambda ns: [0.5] * len(ns), 5, 5, method=method).n == 5  # one N
+  assert stats.critical_n(lambda ns: [0.001] * len(ns), 5, 9, method=method).n is None
+  # The last pair of probed N decides both flags (a non-monotone tail).
+  last = stats.critical_n(lambda ns: [0.5 if n == 9 else 0.001 for n in ns], 1, 10,
+                          method="scan")
+  assert last.n == 9 and not last.decisions_monotone and not last.pvalues_monotone
+  for kwargs, words in ((dict(alpha=0.0), r"alpha=0.0 must be in \(0, 1\)"),
+                        (dict(alpha=1.0), r"alpha=1.0 must be in \(0, 1\)"),
+                        (dict(batch=0), "batch=0 must be positive")):
+    with pytest.raises(LimitsError, match=words):
+      stats.critical_n(p, 3, 20, method=method, **kwargs)
+  with pytest.raises(LimitsError, match=r"N range \[4, 3\] is empty"):
+    stats.critical_n(p, 4, 3, method=method)
+  with pytest.raises(ValueError, match="returned 0 values for"):
+    stats.critical_n(lambda ns: [], 3, 20, method=method)
+
+
+def test_critical_n_default_method_is_bisect():
+  assert stats.critical_n(lambda ns: [0.5] * len(ns), 1, 50).method == "bisect"

@@ -45,6 +45,18 @@ def _write_llama_gguf(path, config, flat, qtype_name="F32", arch="llama"):
   w.add_rope_freq_base(config.rope_theta)
   w.add_layer_norm_rms_eps(config.rms_norm_eps)
   w.add_vocab_size(config.vocab_size)
+  add_llama_tensors(w, config, flat, qtype_name)
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+  return path
+
+
+def add_llama_tensors(w, config, flat, qtype_name="F32"):
+  """``flat`` (HF Llama names) added to GGUFWriter ``w`` in llama.cpp's names and row order."""
+  import gguf
+
   names = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}
   inv = {v: k for k, v in gguf_file._LAYER_NAMES.items()}
   qtype = gguf.GGMLQuantizationType[qtype_name]
@@ -66,11 +78,6 @@ def _write_llama_gguf(path, config, flat, qtype_name="F32", arch="llama"):
     else:
       q = gguf.quants.quantize(value, qtype)
       w.add_tensor(gname, q, raw_shape=q.shape, raw_dtype=qtype)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
-  return path
 
 
 CONFIG = LlamaConfig(n_layer=2, n_head=4, n_kv_head=2, n_embd=64, d_mlp=96, n_positions=32,

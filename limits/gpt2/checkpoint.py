@@ -29,6 +29,7 @@ from limits.gpt2 import model as model_lib
 from limits.gpt2.config import Config
 from limits.models import files
 from limits.models import hub
+from limits.models.checks import check_layer_count
 from limits.models.files import PICKLE_SUFFIXES  # noqa: F401 (re-exported)
 
 KNOWN_NAMES = hub.KNOWN_NAMES  # GPT-2 short names -> hub repo ids (one table, in hub)
@@ -120,6 +121,7 @@ def _normalise_names(raw: dict[str, np.ndarray], config: Config,
                      source: pathlib.Path) -> dict[str, np.ndarray]:
   """Strips the ``transformer.`` prefix, drops buffers, checks presence/shape/finiteness."""
 
+  check_layer_count(config.n_layer, len(raw), source)
   expected = model_lib.checkpoint_shapes(config)
   flat, unexpected = {}, []
   for key, value in raw.items():

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 from limits.errors import LimitsError
-from limits.models.checks import check_fields, is_positive_int, is_positive_number
+from limits.models.checks import check_fields, check_types, is_positive_int, is_positive_number
 
 # HF activation_function names this implementation computes (see model._activation).
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu", "silu", "swish")
@@ -20,6 +20,7 @@ ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu", "si
 _HF_DEFAULTS = dict(n_layer=12, n_head=12, n_embd=768, n_positions=1024, vocab_size=50257,
                     layer_norm_epsilon=1e-5, activation_function="gelu_new",
                     tie_word_embeddings=True)
+_INTEGERS = ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size", "n_inner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,9 @@ class Config:
     """
     if not isinstance(hf, Mapping):
       raise LimitsError(f"{source}: expected a JSON object, got {type(hf).__name__}")
+    check_types(hf, source, integers=_INTEGERS, numbers=("layer_norm_epsilon",),
+                booleans=("tie_word_embeddings", "scale_attn_weights",
+                          "scale_attn_by_inverse_layer_idx"))
     model_type = hf.get("model_type")
     archs = hf.get("architectures") or []
     if model_type is None:

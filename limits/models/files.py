@@ -1,7 +1,10 @@
 """Reading weight files that cannot run code: safetensors (single or sharded) and checks.
 
 Pickle formats (``pytorch_model.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``, ``*.pkl``) are refused:
-unpickling can run arbitrary code. Every problem is one LimitsError naming the file.
+unpickling can run arbitrary code. Weights come only from inside the model folder: a file
+found in it (config.json, weights) or named by it (an index's shards, GGUF splits) is resolved
+and refused if it leaves the folder, through ``..``, an absolute path or a symlink pointing
+out (:func:`inside`). Every problem is one LimitsError naming the file.
 """
 
 from __future__ import annotations
@@ -32,6 +35,27 @@ def refuse_pickle(path: pathlib.Path):
                     + SAFETENSORS_ALTERNATIVE)
 
 
+def model_root(directory: pathlib.Path) -> pathlib.Path:
+  """The resolved folder a model's files must stay in: ``directory`` itself, or for a Hugging
+  Face cache snapshot (``models--org--name/snapshots/<revision>``, whose files are symlinks into
+  ``../../blobs``) the cached repo folder ``models--org--name``."""
+  root = pathlib.Path(directory).resolve()
+  if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+    return root.parent.parent
+  return root
+
+
+def inside(path: pathlib.Path, directory: pathlib.Path, what: str = "weight file") -> pathlib.Path:
+  """``path`` (found in or named by the model in ``directory``) if it resolves inside
+  ``model_root(directory)``; else one LimitsError naming it, where it leads and the folder."""
+  root = model_root(directory)
+  resolved = pathlib.Path(path).resolve()
+  if not resolved.is_relative_to(root):
+    raise LimitsError(f"{path}: {what} resolves to {resolved}, outside the model folder {root}; "
+                      "model files are read only from inside --model")
+  return path
+
+
 def read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
   """All tensors of one safetensors file as numpy arrays (bfloat16 via ml_dtypes)."""
   from safetensors import safe_open
@@ -54,9 +78,12 @@ def read_sharded(index_path: pathlib.Path) -> dict[str, np.ndarray]:
       raise TypeError("weight_map is not an object")
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise LimitsError(f"{index_path}: not a valid safetensors index ({e})") from None
+  if not all(isinstance(shard, str) and shard for shard in weight_map.values()):
+    raise LimitsError(f"{index_path}: not a valid safetensors index (a weight_map value is not "
+                      "a file name)")
   out = {}
   for shard in sorted(set(weight_map.values())):
-    shard_path = index_path.parent / shard
+    shard_path = inside(index_path.parent / shard, index_path.parent, "shard named by the index")
     if is_pickle(shard_path):
       refuse_pickle(shard_path)
     tensors = read_safetensors(shard_path)
@@ -72,7 +99,7 @@ def read_json(path: pathlib.Path, what: str = "config.json",
   """A JSON object from ``path``; one line if missing (naming ``needed_by``) or invalid."""
   if not path.is_file():
     raise LimitsError(f"{path}: {what} is missing; {needed_by} needs it next to the weights")
-  return read_json_object(path)
+  return read_json_object(inside(path, path.parent, what))
 
 
 def find_weight_file(directory: pathlib.Path, names: tuple[str, ...]) -> pathlib.Path:
@@ -80,10 +107,10 @@ def find_weight_file(directory: pathlib.Path, names: tuple[str, ...]) -> pathlib
   found instead is refused; nothing found is one line listing ``names``."""
   for name in names:
     if (directory / name).is_file():
-      return directory / name
+      return inside(directory / name, directory)
   singles = sorted(directory.glob("*.safetensors"))
   if len(singles) == 1:
-    return singles[0]
+    return inside(singles[0], directory)
   pickles = sorted(p for p in directory.iterdir() if is_pickle(p))
   if pickles:
     refuse_pickle(pickles[0])

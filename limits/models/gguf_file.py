@@ -9,12 +9,17 @@ undoes it so the weights match HF's rotate-half convention.
 The tokenizer is rebuilt from the file's vocabulary and merges with HF ``tokenizers``:
 byte-level BPE with the file's pre-tokenizer (``tokenizer.ggml.pre``: GPT-2's regex, with
 digits split one by one for ``smollm``-style vocabularies), control tokens as special tokens.
+
+A model split by ``gguf-split`` (``split.count`` > 1) is read from its first file
+``<prefix>-00001-of-<count>.gguf``; the other splits are the files of the same prefix beside
+it, each refused if it resolves outside that folder (``limits.models.files.inside``).
 """
 
 from __future__ import annotations
 
 import functools
 import pathlib
+import re
 from typing import Any
 
 import numpy as np
@@ -25,6 +30,12 @@ ARCHITECTURES = ("llama",)
 # tokenizer.ggml.pre values whose pre-tokenizer splits digits individually before GPT-2's regex.
 _DIGIT_SPLIT_PRE = ("smollm", "llama-bpe", "llama3", "deepseek-llm", "falcon3")
 _TOKEN_CONTROL = 3  # gguf TokenType.CONTROL
+# llama.* header keys read as integers and as numbers (checked before use: one line each).
+_INTEGER_KEYS = ("block_count", "embedding_length", "feed_forward_length", "context_length",
+                 "attention.head_count", "attention.head_count_kv", "attention.key_length",
+                 "rope.dimension_count", "vocab_size")
+_NUMBER_KEYS = ("attention.layer_norm_rms_epsilon", "rope.freq_base")
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 # GGUF tensor names (after ``blk.<i>.``) -> HF Llama names (after ``layers.<i>.``).
 _LAYER_NAMES = {
@@ -82,9 +93,33 @@ def _field(reader, key: str, default=None):
     raise LimitsError(f"GGUF metadata {key} is unreadable ({first_line(e)})") from None
 
 
+def split_readers(reader, path) -> list:
+  """The readers of every split of the model whose first file ``path`` is (``[reader]`` for
+  an unsplit file); each split must lie inside ``path``'s folder (one line otherwise)."""
+  from limits.models import files
+
+  count = _field(reader, "split.count")
+  if count is None or count == 1:
+    return [reader]
+  path = pathlib.Path(path)
+  match = _SPLIT_NAME.match(path.name)
+  if not isinstance(count, int) or count < 1 or not match or int(match["count"]) != count:
+    raise LimitsError(f"{path}: GGUF split.count={count!r} does not match the file name; a split "
+                      f"model is named <prefix>-00001-of-<count, 5 digits>.gguf")
+  readers = []
+  for number in range(1, count + 1):
+    split = path.parent / f"{match['prefix']}-{number:05d}-of-{count:05d}.gguf"
+    files.inside(split, path.parent, "GGUF split file")
+    readers.append(reader if split.name == path.name else open_reader(split))
+  return readers
+
+
 def architecture(reader, path) -> str:
   """``general.architecture``; one line listing the supported ones for anything else."""
   arch = _field(reader, "general.architecture")
+  if arch is None and _field(reader, "split.no", 0) not in (0, None):
+    raise LimitsError(f"{path}: a later split of a split GGUF model; give its first file "
+                      "(<prefix>-00001-of-<count>.gguf)")
   if arch not in ARCHITECTURES:
     raise LimitsError(f"{path}: GGUF architecture {arch!r} is not supported; supported: "
                       f"{', '.join(ARCHITECTURES)}")
@@ -93,6 +128,7 @@ def architecture(reader, path) -> str:
 
 def llama_config(reader, path):
   """The Llama ``Config`` of a GGUF header (``llama.*`` keys)."""
+  from limits.models.checks import check_types, is_positive_int
   from limits.models.llama.config import Config
 
   get = lambda k, d=None: _field(reader, f"llama.{k}", d)
@@ -101,35 +137,43 @@ def llama_config(reader, path):
   missing = [k for k in need if get(k) is None]
   if missing:
     raise LimitsError(f"{path}: GGUF header lacks llama.{missing[0]}")
-  n_head = int(get("attention.head_count"))
-  d = int(get("embedding_length"))
-  if n_head < 1:
-    raise LimitsError(f"{path}: llama.attention.head_count={n_head}; it must be >= 1")
-  if get("attention.key_length") is None and d % n_head:  # before the head dim is derived
-    raise LimitsError(f"{path}: llama.embedding_length={d} is not divisible by "
+  check_types({f"llama.{k}": get(k) for k in _INTEGER_KEYS + _NUMBER_KEYS}, f"{path}: GGUF",
+              integers=_INTEGER_KEYS, numbers=_NUMBER_KEYS, prefix="llama.")
+  n_head = get("attention.head_count")
+  d = get("embedding_length")
+  for key in ("attention.head_count", "embedding_length", "attention.key_length"):
+    if get(key) is not None and not is_positive_int(get(key)):
+      raise LimitsError(f"{path}: GGUF llama.{key}={get(key)} must be a positive integer")
+  if get("attention.key_length") is None and d % n_head:
+    raise LimitsError(f"{path}: GGUF llama.embedding_length={d} is not divisible by "
                       f"llama.attention.head_count={n_head} (and no llama.attention.key_length "
-                      "gives the head dim)")
-  head_dim = int(get("attention.key_length", d // n_head))
+                      "gives the head width)")
+  head_dim = get("attention.key_length", d // n_head)
   rot = get("rope.dimension_count")
-  if rot is not None and int(rot) != head_dim:
+  if rot is not None and rot != head_dim:
     raise LimitsError(f"{path}: partial rotary (llama.rope.dimension_count={rot}, head "
                       f"dim {head_dim}) is not supported")
   scaling = get("rope.scaling.type")
   if scaling not in (None, "none"):
     raise LimitsError(f"{path}: RoPE scaling {scaling!r} is not supported (plain RoPE only)")
   tokens = _field(reader, "tokenizer.ggml.tokens")
-  vocab = get("vocab_size") or (len(tokens) if tokens is not None else None)
+  vocab = get("vocab_size")
+  if vocab is None and isinstance(tokens, list):
+    vocab = len(tokens)
   if vocab is None:
     raise LimitsError(f"{path}: GGUF header gives no vocabulary size")
-  names = {t.name for t in reader.tensors}
-  return Config(n_layer=int(get("block_count")), n_head=n_head,
-                n_kv_head=int(get("attention.head_count_kv", n_head)), n_embd=d,
-                head_dim=head_dim if head_dim != d // n_head else None,
-                d_mlp=int(get("feed_forward_length")), n_positions=int(get("context_length")),
-                vocab_size=int(vocab),
-                rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-                rope_theta=float(get("rope.freq_base", 10000.0)),
-                tie_word_embeddings="output.weight" not in names)
+  names = {t.name for r in split_readers(reader, path) for t in r.tensors}
+  try:
+    return Config(n_layer=get("block_count"), n_head=n_head,
+                  n_kv_head=get("attention.head_count_kv", n_head), n_embd=d,
+                  head_dim=head_dim if head_dim != d // n_head else None,
+                  d_mlp=get("feed_forward_length"), n_positions=get("context_length"),
+                  vocab_size=vocab,
+                  rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+                  rope_theta=float(get("rope.freq_base", 10000.0)),
+                  tie_word_embeddings="output.weight" not in names)
+  except LimitsError as e:
+    raise LimitsError(f"{path}: GGUF header gives {e}") from None
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -165,7 +209,7 @@ def read_llama_tensors(reader, config, path) -> dict[str, np.ndarray]:
     name = tensor.name
     if name in _GLOBAL_NAMES:
       hf = _GLOBAL_NAMES[name]
-    elif name.startswith("blk."):
+    elif name.startswith("blk.") and name.count(".") >= 2:
       _, index, rest = name.split(".", 2)
       if rest not in _LAYER_NAMES:
         if rest.startswith("rope_freqs"):
@@ -175,10 +219,10 @@ def read_llama_tensors(reader, config, path) -> dict[str, np.ndarray]:
     else:
       raise LimitsError(f"{path}: unexpected tensor {name} for a Llama model")
     w = _dequantize(tensor, path)
-    if rest_is(name, "attn_q.weight"):
-      w = unpermute(w, config.n_head)
-    elif rest_is(name, "attn_k.weight"):
-      w = unpermute(w, config.n_kv_head)
+    heads = (config.n_head if rest_is(name, "attn_q.weight")
+             else config.n_kv_head if rest_is(name, "attn_k.weight") else None)
+    if heads is not None and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
+      w = unpermute(w, heads)  # other shapes: check_tensors names the mismatch
     flat[hf] = w
   return flat
 
@@ -190,12 +234,16 @@ def rest_is(name: str, suffix: str) -> bool:
 def load(path, *, dtype="float32"):
   """``(config, flat tensors)`` of a Llama GGUF; every problem one LimitsError naming the file."""
   from limits.models import files
+  from limits.models.checks import check_layer_count
   from limits.models.llama import model as llama_model
 
   reader = open_reader(path)
   architecture(reader, path)
   config = llama_config(reader, path)
-  flat = read_llama_tensors(reader, config, path)
+  flat = {}
+  for split in split_readers(reader, path):
+    flat.update(read_llama_tensors(split, config, path))
+  check_layer_count(config.n_layer, len(flat), path)
   files.check_tensors(flat, llama_model.checkpoint_shapes(config), path, "Llama")
   return config, files.cast(flat, dtype)
 

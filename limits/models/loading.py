@@ -135,6 +135,7 @@ def _locate_path(spec: str, path: pathlib.Path) -> Location:
 # Llama checkpoint directories (HF layout).
 
 def _load_llama_dir(loc: Location, dtype):
+  from limits.models.checks import check_layer_count
   from limits.models.llama import model as llama_model
   from limits.models.llama.config import Config
 
@@ -154,6 +155,7 @@ def _load_llama_dir(loc: Location, dtype):
     if name == "lm_head.weight" and config.tie_word_embeddings:
       continue  # tied: HF ignores a stored copy too
     flat[name] = value
+  check_layer_count(config.n_layer, len(flat), weights)
   files.check_tensors(flat, llama_model.checkpoint_shapes(config), weights, "Llama")
   return config, llama_model.params_from_flat(files.cast(flat, dtype), config)
 

@@ -11,13 +11,17 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 from limits.errors import LimitsError
-from limits.models.checks import check_fields, is_positive_int, is_positive_number
+from limits.models.checks import check_fields, check_types, is_positive_int, is_positive_number
 
 # HF LlamaConfig defaults, used when a config.json omits a field (as HF itself does).
 _HF_DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
                     num_hidden_layers=32, num_attention_heads=32, max_position_embeddings=2048,
                     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
 MODEL_TYPES = ("llama",)
+_INTEGERS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size",
+             "head_dim", "intermediate_size", "max_position_embeddings", "vocab_size")
+_NUMBERS = ("rms_norm_eps", "rope_theta", "partial_rotary_factor")
+_BOOLEANS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +72,7 @@ class Config:
     """Builds a Config from a HF Llama ``config.json`` dict (missing fields take HF defaults)."""
     if not isinstance(hf, Mapping):
       raise LimitsError(f"{source}: expected a JSON object, got {type(hf).__name__}")
+    check_types(hf, source, integers=_INTEGERS, numbers=_NUMBERS, booleans=_BOOLEANS)
     if hf.get("model_type") not in MODEL_TYPES:
       raise LimitsError(f"{source}: model_type={hf.get('model_type')!r} is not a Llama model")
     if hf.get("rope_scaling"):
@@ -84,7 +89,7 @@ class Config:
                         "not supported (full rotary only)")
     get = lambda k: hf[k] if hf.get(k) is not None else _HF_DEFAULTS[k]
     n_head = get("num_attention_heads")
-    n_kv = hf.get("num_key_value_heads") or n_head
+    n_kv = n_head if hf.get("num_key_value_heads") is None else hf["num_key_value_heads"]
     return cls(n_layer=get("num_hidden_layers"), n_head=n_head, n_kv_head=n_kv,
                n_embd=get("hidden_size"), head_dim=hf.get("head_dim"),
                d_mlp=get("intermediate_size"), n_positions=get("max_position_embeddings"),

@@ -1,0 +1,264 @@
+"""Assertions that kill the seven plausible one-line bugs the default suite let through (issue 30,
+item 6). Each criterion is tested on both sides of its boundary with inputs whose answer is
+known in closed form (exact ties, p = alpha, the 1/(4T) and sqrt(2) branches of Corollary 3, a
+gap that widens under the 10 % line, ambiguities that do and do not flip a verdict, a lock seen
+from another process). Each test names the mutation it kills; all were confirmed red with the
+mutation applied by hand and green without it.
+"""
+
+import math
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from limits import bounds, results, stats
+from limits.errors import LimitsError
+from limits.claims import assessment
+from limits.claims.core import DEPENDS, FAILS, HOLDS, NOT_TESTABLE, Claim, Reading, Verdict
+from limits.claims.judges_distance import judge_fig2b_converge_printed
+from limits.claims.judges_gradient import judge_cor3_printed
+from limits.selection import sort_desc
+from limits.separability_rows import count_distinguishable, row_stats
+
+
+# (a) bounds.lemma1_check: both sides C1/L <= alpha_i and alpha_i <= C2/L are counted. -----------
+
+def _lemma1_extremes(a, a_c):
+  """rows=0: only the two extreme rows at L = 2, whose alpha*L are 2/(1 + e^{∓2a}) (two
+  entries each side); C2 = e^{2 a_c}, C1 = e^{-2 a_c} for F = exp."""
+  return bounds.lemma1_check(np.exp, a, [2], rows=0, a_constants=a_c)
+
+
+def test_lemma1_counts_the_lower_and_the_upper_side():
+  a = 1.0
+  hi, lo = 2 / (1 + math.exp(-2 * a)), 2 / (1 + math.exp(2 * a))  # 1.7616, 0.2384
+  res = _lemma1_extremes(a, a)
+  assert res["checked"] == 4 and res["violations"] == 0
+  assert res["by_L"][2]["max_aL"] == pytest.approx(hi, rel=1e-12)
+  assert res["by_L"][2]["min_aL"] == pytest.approx(lo, rel=1e-12)
+  # a_c = 0.5: C2 = e = 2.72 > hi (upper side clean), C1 = 0.368 > lo: exactly the 2 low entries.
+  assert _lemma1_extremes(a, 0.5)["violations"] == 2
+  # The upper side alone switches on at a_c* = ln(hi)/2 (C2 = hi); C1 = 1/hi > lo throughout.
+  a_star = math.log(hi) / 2
+  assert _lemma1_extremes(a, a_star * (1 + 1e-6))["violations"] == 2  # lower only
+  assert _lemma1_extremes(a, a_star * (1 - 1e-6))["violations"] == 4  # lower and upper
+  # The lower side switches off at C1 = lo, i.e. a_c = -ln(lo)/2 (above it C1 < lo).
+  a_low = -math.log(lo) / 2
+  assert _lemma1_extremes(a, a_low * (1 - 1e-6))["violations"] == 2  # still 2 low entries
+  assert _lemma1_extremes(a, a_low * (1 + 1e-6))["violations"] == 0
+
+
+# (b) separability_rows.row_stats: strict N_s = #{selected i : dist_i < r} with an exact tie. -------
+
+def _tied_row(far):
+  """alpha = (1/2, 1/4, 1/4) over x = ((1,0), (far,0), (0,1)); N = 1 selects token 0, whose
+  distance to s = x_0/2 is 0; token 1's is |far/4 - 1/2|: exactly 0 (a tie with r) at far = 2.
+  Every number is a dyadic rational, so both the gram and the direct distance are exact."""
+  alpha = jnp.array([[0.5, 0.25, 0.25]], jnp.float32)
+  x = jnp.array([[1.0, 0.0], [far, 0.0], [0.0, 1.0]], jnp.float32)
+  return alpha, x
+
+
+@pytest.mark.parametrize("method", ["gram", "direct"])
+@pytest.mark.parametrize("far, r, n_s", [(2.0, 0.0, 0), (3.0, 0.25, 1), (2.5, 0.125, 1)])
+def test_batched_strict_count_with_an_exact_tie(method, far, r, n_s):
+  alpha, x = _tied_row(far)
+  visible = jnp.ones_like(alpha, bool)
+  st = row_stats(alpha, sort_desc(alpha), visible, x, 1, 1.0, 1.0, method=method)
+  assert float(st.r[0]) == r and int(st.n_s[0]) == n_s
+  ref_n_s, ref_r = count_distinguishable(alpha[0], x, 1)  # the one-row reference definition
+  assert (int(ref_n_s), float(ref_r)) == (n_s, r)
+  # The literal rule (closed ball, every non-selected token strictly outside r) is always 0.
+  lit = row_stats(alpha, sort_desc(alpha), visible, x, 1, 1.0, 1.0, method=method,
+                  rule="literal")
+  assert int(lit.n_s[0]) == 0  # r is the nearest non-selected distance: never strictly outside
+
+
+# (c) stats: the KS test "does not reject" is p > alpha, strictly. ---------------------------------
+
+def test_ks_decision_at_p_equal_alpha():
+  assert not stats.indistinguishable(0.01, 0.01)
+  assert stats.indistinguishable(np.nextafter(0.01, 1), 0.01)
+  assert not stats.indistinguishable(np.nextafter(0.01, 0), 0.01)
+
+
+@pytest.mark.parametrize("method", ["scan", "bisect"])
+def test_critical_n_skips_ns_whose_p_equals_alpha(method):
+  # p = alpha exactly for N <= 12, just above it from N = 13.
+  p = lambda ns: [0.01 if n <= 12 else 0.010000001 for n in ns]
+  assert stats.critical_n(p, 1, 40, alpha=0.01, method=method).n == 13
+
+
+# (d) claims cor3-printed: ||J||_2 <= min{1/(4T), sqrt(2)} with both branches active. -------------
+
+@pytest.mark.parametrize("T, bound", [(1.0, 0.25), (0.5, 0.5), (0.01, math.sqrt(2))])
+def test_cor3_printed_both_sides_of_each_branch(T, bound):
+  assert 1 / (4 * T) == bound or bound == math.sqrt(2) < 1 / (4 * T)
+  for norm, status in ((bound * (1 - 1e-7), HOLDS), (bound * (1 + 1e-7), FAILS)):
+    v = judge_cor3_printed({"T": [T], "counterexample_norm": [norm]}, {})
+    assert v.status == status, (T, norm, v)
+  # A row within the bound but a data pair above it still fails (the second condition).
+  v = judge_cor3_printed({"T": [T], "counterexample_norm": [bound / 2], "data_exceed_paper": 1},
+                         {})
+  assert v.status == FAILS
+
+
+# (e) claims fig2b-converge: the gap at the largest N is < 10 % AND smaller than at the first N. ---
+
+def _converge(gap_first, gap_last):
+  """Rows at one L with d̃ = 1 and E = 1 - gap (printed E, AMBIG-17 'output', d̃ 'sum')."""
+  rows = [{"L": 64, "N": n, "d_sum_mean": 1.0, "expected_printed_output_mean": 1.0 - g}
+          for n, g in ((1, gap_first), (50, (gap_first + gap_last) / 2), (100, gap_last))]
+  return judge_fig2b_converge_printed({"rows": rows}, {"AMBIG-1": "sum", "AMBIG-17": "output"})
+
+
+@pytest.mark.parametrize("first, last, status", [
+    (0.5, 0.05, HOLDS), (0.5, 0.0999, HOLDS), (0.5, 0.1001, FAILS),  # the 10 % line
+    (0.04, 0.05, FAILS), (0.05, 0.05, FAILS), (0.06, 0.05, HOLDS),  # the gap must close
+])
+def test_fig2b_converge_needs_a_small_and_closing_gap(first, last, status):
+  assert _converge(first, last).status == status
+
+
+# (f) claims assessment: "depends on" names exactly the ambiguities whose change alone flips. -----
+
+def _claim(judge):
+  return Claim(id="t", kind="theorem", where="here", words="w", setting="s", step="step",
+               criterion="c", judge=judge,
+               readings=(Reading("AMBIG-A", (("a1", "A one"), ("a2", "A two"))),
+                         Reading("AMBIG-B", (("b1", "B one"), ("b2", "B two")))))
+
+
+def _named(label):
+  head = label.split(":", 1)[0]
+  assert head.startswith("depends on "), label
+  return head[len("depends on "):]
+
+
+def test_depends_on_names_only_the_ambiguity_that_flips():
+  only_a = _claim(lambda s, r: Verdict(HOLDS if r["AMBIG-A"] == "a1" else FAILS))
+  res = assessment.assess(only_a, {})
+  assert res.verdict == DEPENDS and _named(res.label) == "AMBIG-A"
+  only_b = _claim(lambda s, r: Verdict(HOLDS if r["AMBIG-B"] == "b2" else FAILS))
+  assert _named(assessment.assess(only_b, {}).label) == "AMBIG-B"
+  both = _claim(lambda s, r: Verdict(HOLDS if (r["AMBIG-A"], r["AMBIG-B"]) == ("a1", "b1")
+                                     else FAILS))
+  assert _named(assessment.assess(both, {}).label) == "AMBIG-A, AMBIG-B"
+  neither = _claim(lambda s, r: Verdict(HOLDS))
+  assert assessment.assess(neither, {}).verdict == HOLDS
+
+
+def test_depends_on_a_combination_when_no_single_change_is_computable():
+  table = {("a1", "b1"): HOLDS, ("a2", "b2"): FAILS}
+  diag = _claim(lambda s, r: Verdict(table.get((r["AMBIG-A"], r["AMBIG-B"]), NOT_TESTABLE),
+                                     reason="not computed"))
+  res = assessment.assess(diag, {})
+  assert res.verdict == DEPENDS and _named(res.label) == "the combination of readings"
+
+
+# (g) results.prepare_out_dir takes the run lock (seen from another process). ---------------------
+
+_TRY_LOCK = ("import fcntl, os, sys\n"
+             "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+             "try:\n"
+             "  fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "except BlockingIOError:\n"
+             "  sys.exit(3)\n")
+
+
+def _other_process_can_lock(directory) -> bool:
+  rc = subprocess.run([sys.executable, "-c", _TRY_LOCK, str(directory / results.LOCK_FILE)],
+                      timeout=60).returncode
+  assert rc in (0, 3), rc
+  return rc == 0
+
+
+def test_prepare_out_dir_holds_the_run_lock(tmp_path):
+  free = tmp_path / "free"
+  free.mkdir()
+  assert _other_process_can_lock(free)  # the probe can succeed
+  run = results.prepare_out_dir(tmp_path / "run", "test", identity={"x": 1}, overwrite=False)
+  assert results.is_locked(run)
+  assert not _other_process_can_lock(run)
+
+
+# Survivors of the mutmut run over stats.py (tools/mutation_run.py) that were not equivalent. -----
+
+def test_ks_needs_two_non_empty_samples_and_accepts_a_single_value():
+  import scipy.stats
+
+  r = stats.ks_2samp([1.0, 2.0, 3.0], [0.5])  # one value is a sample: scipy's answer
+  ref = scipy.stats.ks_2samp([1.0, 2.0, 3.0], [0.5])
+  assert (r.statistic, r.pvalue) == (float(ref.statistic), float(ref.pvalue))
+  for a, b in (([1.0], []), ([], [1.0]), ([np.nan], [1.0]), ([1.0, 2.0], [np.inf, np.nan])):
+    with pytest.raises(LimitsError, match="non-empty samples"):
+      stats.ks_2samp(a, b)
+
+
+def test_fit_ratio_and_linear_fit_against_closed_forms():
+  # Non-proportional points: c = Σ l·n / Σ l² = 13/14; the free line (numpy.polyfit) 1 + L/2.
+  f = stats.fit_ratio([1, 2, 3], [1, 3, 2])
+  slope, intercept = np.polyfit([1, 2, 3], [1, 3, 2], 1)
+  assert f["ratio"] == pytest.approx(13 / 14, rel=1e-15) and f["points"] == 3
+  assert f["slope"] == pytest.approx(slope, rel=1e-12)
+  assert f["intercept"] == pytest.approx(intercept, rel=1e-12)
+  assert f["r2"] == pytest.approx(np.corrcoef([1, 2, 3], [1, 3, 2])[0, 1] ** 2, rel=1e-12)
+  # Non-finite points on either side are dropped: (1, 2), (2, 4) remain.
+  g = stats.fit_ratio([1, 2, np.nan, 4, 5], [2, 4, 5, np.inf, -np.inf])
+  assert (g["ratio"], g["points"], g["slope"], g["r2"]) == (2.0, 2, pytest.approx(2.0), 1.0)
+  assert g["intercept"] == pytest.approx(0.0, abs=1e-12)
+  empty = {"ratio": None, "slope": None, "intercept": None, "r2": None, "points": 0}
+  assert stats.fit_ratio([], []) == empty and stats.fit_ratio([np.nan], [1.0]) == empty
+  one = stats.fit_ratio([2.0], [3.0])
+  assert one["ratio"] == 1.5 and one["points"] == 1 and one["slope"] is None
+  assert stats.linear_fit([1, 3], [1, 2]) == {"slope": 0.5, "intercept": 0.5, "r2": 1.0}
+
+
+def test_loglog_slope_keeps_only_finite_positive_points():
+  line = ([0.01, 1, 10, 100], [0.01, 1, 10, 100])  # slope 1, including a point below 1
+  assert stats.loglog_slope(*line) == pytest.approx(1.0, rel=1e-12)
+  for x, y in ((0.0, 5.0), (-1.0, 5.0), (5.0, 0.0), (5.0, -1.0), (np.nan, 5.0), (5.0, np.inf),
+               (np.inf, 5.0), (5.0, np.nan)):
+    assert stats.loglog_slope(line[0] + [x], line[1] + [y]) == pytest.approx(1.0, rel=1e-12)
+  assert stats.loglog_slope([1, 10], [1, 1000]) == pytest.approx(3.0, rel=1e-12)
+  assert np.isnan(stats.loglog_slope([1, 0], [1, 5]))      # one positive point left
+  assert np.isnan(stats.loglog_slope([3, 3], [1, 5]))      # every x equal
+
+
+@pytest.mark.parametrize("method", ["scan", "bisect"])
+def test_critical_n_contract(method):
+  """Survivors of the stats.py run in critical_n/_summarise: range, alpha and N-range edges,
+  probes only inside [n_min, n_max], the recorded method/alpha and both monotonicity flags."""
+  probed = []
+
+  def p(ns):
+    probed.extend(ns)
+    return [0.5 if n >= 7 else 0.001 for n in ns]
+
+  res = stats.critical_n(p, 3, 20, alpha=0.01, method=method)
+  assert (res.n, res.alpha, res.method) == (7, 0.01, method)
+  assert min(probed) >= 3 and max(probed) <= 20 and sorted(res.evaluated) == sorted(set(probed))
+  assert res.decisions_monotone and res.pvalues_monotone
+  assert res.as_dict()["critical_n"] == 7 and res.as_dict()["method"] == method
+  assert stats.critical_n(lambda ns: [0.5] * len(ns), 5, 5, method=method).n == 5  # one N
+  assert stats.critical_n(lambda ns: [0.001] * len(ns), 5, 9, method=method).n is None
+  # The last pair of probed N decides both flags (a non-monotone tail).
+  last = stats.critical_n(lambda ns: [0.5 if n == 9 else 0.001 for n in ns], 1, 10,
+                          method="scan")
+  assert last.n == 9 and not last.decisions_monotone and not last.pvalues_monotone
+  for kwargs, words in ((dict(alpha=0.0), r"alpha=0.0 must be in \(0, 1\)"),
+                        (dict(alpha=1.0), r"alpha=1.0 must be in \(0, 1\)"),
+                        (dict(batch=0), "batch=0 must be positive")):
+    with pytest.raises(LimitsError, match=words):
+      stats.critical_n(p, 3, 20, method=method, **kwargs)
+  with pytest.raises(LimitsError, match=r"N range \[4, 3\] is empty"):
+    stats.critical_n(p, 4, 3, method=method)
+  with pytest.raises(ValueError, match="returned 0 values for"):
+    stats.critical_n(lambda ns: [], 3, 20, method=method)
+
+
+def test_critical_n_default_method_is_bisect():
+  assert stats.critical_n(lambda ns: [0.5] * len(ns), 1, 50).method == "bisect"

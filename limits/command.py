@@ -29,14 +29,18 @@ EXIT_USAGE = 2
 
 
 def _summary(name: str) -> str:
-  """The first line of ``experiments/NAME.py``'s docstring, read without importing it (no JAX)."""
+  """The first sentence of ``experiments/NAME.py``'s docstring, read without importing it (no
+  JAX)."""
   try:
     spec = importlib.util.find_spec(f"{PACKAGE}.{name}")
     with open(spec.origin, encoding="utf-8") as f:
       doc = ast.get_docstring(ast.parse(f.read())) or ""
   except (ImportError, AttributeError, OSError, SyntaxError, TypeError):
     return ""
-  return doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
+  first = " ".join(doc.strip().split("\n\n")[0].split())  # the first paragraph, on one line
+  sentence = first.split(". ")[0].rstrip(".")
+  line = (sentence + ".").replace("``", "") if sentence else ""
+  return line if len(line) <= 100 else line[:97].rsplit(" ", 1)[0] + " ..."
 
 
 def usage() -> str:

@@ -10,7 +10,7 @@ Usage (the shipped model; see limits/assets/tiny/MODEL_CARD.md for the exact com
   python -m experiments.train_tiny --out_dir=limits/assets/tiny --ckpt_dir=results/train_tiny/ckpt
 
 The corpus is War and Peace from ``--text``, ``--data_dir`` or ``LIMITS_DATA_DIR``, else the
-user cache, else a one-time download (``limits.data.resolve_corpus``). A checkpoint in
+copy embedded in the package (``limits.data.resolve_corpus``). A checkpoint in
 ``--ckpt_dir`` made with the same settings is resumed exactly.
 """
 

@@ -17,7 +17,7 @@ Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` 
   python -m experiments.vanishing --out_dir=results/vanishing
 
 The corpus is War and Peace from ``--text``, ``--data_dir`` or ``LIMITS_DATA_DIR``, else the
-user cache, else a one-time download (``limits.data.resolve_corpus``).
+copy embedded in the package (``limits.data.resolve_corpus``).
 """
 
 # A thin CLI over limits.vanishing: flags -> VanishingConfig -> vanishing.run (the computation

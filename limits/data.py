@@ -9,27 +9,33 @@ Where the corpus comes from, in order (:func:`resolve_corpus`):
 1. an explicit text file (``--text``): any UTF-8 text, used as is;
 2. a data directory (``--data_dir``, else ``$LIMITS_DATA_DIR``) holding ``war_and_peace.txt``;
    a folder the user named must hold it (an error otherwise, never a fall-back);
-3. the user cache ``$LIMITS_CACHE_DIR/war_and_peace.txt`` (default ``~/.cache/limits``);
-4. a download of Project Gutenberg #2600 (``$LIMITS_CORPUS_URL``, default
-   :data:`GUTENBERG_URL`) into that cache, announced by one line on stderr; on by default,
-   ``LIMITS_ALLOW_DOWNLOAD=0`` (or ``allow_download=False``) turns it off. The Gutenberg header
-   and licence are stripped (:func:`strip_gutenberg`), the body is checked (size and a known
-   sentence) and cached atomically (temp file + ``os.replace``), so an interrupted download
-   leaves nothing behind. Gutenberg revises its files, so a downloaded body need not be the
-   project's reference body: its own sha256 is recorded (:meth:`Corpus.info`) and
-   :attr:`Corpus.matches_reference` says whether it is the reference (a notice on stderr when
-   it is not).
+3. the embedded copy (the default): the project's reference body, shipped xz-compressed in
+   ``limits/assets/war_and_peace.txt.xz`` (provenance beside it in ``WAR_AND_PEACE.md``) and
+   checked against :data:`REFERENCE_SHA256` after decompression (:func:`embedded_corpus`), so
+   the experiments run with zero setup and no network.
 
-The corpus is never shipped with the project. If none is found, one
-:class:`~limits.errors.LimitsError` line says what was looked for, why the download failed (or
-that it is off) and the three ways to provide it (``--data_dir``, ``LIMITS_DATA_DIR``,
-``--text``).
+Downloading Project Gutenberg #2600 is only an explicit option: ``--data_dir=gutenberg`` (or
+``LIMITS_DATA_DIR=gutenberg``; a folder of that name is ``./gutenberg``) reads the user cache
+``$LIMITS_CACHE_DIR/war_and_peace.txt`` (default ``~/.cache/limits``), else downloads
+``$LIMITS_CORPUS_URL`` (default :data:`GUTENBERG_URL`) into it, announced by one line on
+stderr; ``LIMITS_ALLOW_DOWNLOAD=0`` (or ``allow_download=False``) refuses the download. The
+Gutenberg header and licence are stripped (:func:`strip_gutenberg`), the body is checked (size
+and a known sentence) and cached atomically (temp file + ``os.replace``), so an interrupted
+download leaves nothing behind. Gutenberg revises its files, so a downloaded body need not be
+the project's reference body: its own sha256 is recorded (:meth:`Corpus.info`) and
+:attr:`Corpus.matches_reference` says whether it is the reference (a notice on stderr when it
+is not).
+
+Every failure is one :class:`~limits.errors.LimitsError` line saying what was looked for and
+the ways to provide the corpus (``--data_dir``, ``LIMITS_DATA_DIR``, ``--text``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.client
+import lzma
 import os
 import re
 import socket
@@ -59,13 +65,19 @@ KNOWN_SENTENCE = "Well, Prince, so Genoa and Lucca are now just family estates o
 MIN_BYTES = 3_000_000
 MAX_BYTES = 4_000_000
 
+# The embedded reference body (xz; provenance in WAR_AND_PEACE.md beside it).
+EMBEDDED_PATH = Path(__file__).resolve().parent / "assets" / (FILENAME + ".xz")
+# The --data_dir / LIMITS_DATA_DIR value that asks for the Gutenberg download (cached).
+GUTENBERG = "gutenberg"
+
 ENV_DATA_DIR = "LIMITS_DATA_DIR"
 ENV_CACHE_DIR = "LIMITS_CACHE_DIR"
 ENV_ALLOW_DOWNLOAD = "LIMITS_ALLOW_DOWNLOAD"
 # The --data_dir help every CLI shows (one wording for the lookup order of resolve_corpus).
-DATA_DIR_HELP = ("Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, else the user cache "
-                 "~/.cache/limits, else a download of Project Gutenberg #2600 into it; "
-                 "LIMITS_ALLOW_DOWNLOAD=0 turns the download off).")
+DATA_DIR_HELP = ("Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded "
+                 "copy of the reference body); 'gutenberg' downloads Project Gutenberg #2600 "
+                 "into the user cache ~/.cache/limits instead (once; LIMITS_ALLOW_DOWNLOAD=0 "
+                 "refuses the download).")
 ENV_CORPUS_URL = "LIMITS_CORPUS_URL"
 
 
@@ -74,7 +86,7 @@ class Corpus:
   """A resolved corpus: its text, where it came from and its checksum."""
   text: str
   path: Path
-  source: str  # "text" | "data_dir" | "cache" | "download"
+  source: str  # "text" | "data_dir" | "embedded" | "cache" | "download"
   sha256: str
 
   @property
@@ -127,8 +139,10 @@ def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None 
     name: ``"war_and_peace"`` (the only named corpus) or a path to a text file.
     text: explicit text file; overrides everything else.
     data_dir: directory holding ``war_and_peace.txt``; overrides ``$LIMITS_DATA_DIR``.
-    allow_download: download into the cache when the corpus is not found locally (default:
-      on unless ``LIMITS_ALLOW_DOWNLOAD=0``).
+      :data:`GUTENBERG` (``"gutenberg"``) asks for the cached Gutenberg download instead.
+      None and no ``$LIMITS_DATA_DIR``: the embedded reference body.
+    allow_download: whether the ``gutenberg`` option may download when the cache is empty
+      (default: yes unless ``LIMITS_ALLOW_DOWNLOAD=0``). Nothing else ever downloads.
     url: the Gutenberg plain-text URL (default ``$LIMITS_CORPUS_URL``, else
       :data:`GUTENBERG_URL`; tests point it at a local server).
     timeout: network timeout in seconds.
@@ -141,25 +155,55 @@ def resolve_corpus(name: str = WAR_AND_PEACE, *, text: str | os.PathLike | None 
     return _read_text_file(path, "text")
 
   if data_dir is not None or os.environ.get(ENV_DATA_DIR):
-    # A folder the user named must hold the corpus: never fall back to the cache or a download.
-    d, label = ((Path(data_dir), "--data_dir") if data_dir is not None
-                else (Path(os.environ[ENV_DATA_DIR]), ENV_DATA_DIR))
-    path = d.expanduser() / FILENAME
+    # A folder the user named must hold the corpus: never fall back to the embedded copy.
+    d, label = ((data_dir, "--data_dir") if data_dir is not None
+                else (os.environ[ENV_DATA_DIR], ENV_DATA_DIR))
+    if str(d) == GUTENBERG:
+      return _gutenberg_corpus(label, allow_download, url, timeout)
+    path = Path(d).expanduser() / FILENAME
     check(path.is_file(), f"{label}={str(d)!r} holds no {FILENAME}; point it at the folder "
-          f"holding {FILENAME}, or unset it to use the cache / a download")
+          f"holding {FILENAME}, or unset it to use the embedded copy")
     return _read_text_file(path, "data_dir")
+  return embedded_corpus()
 
+
+@functools.lru_cache(maxsize=1)
+def embedded_corpus() -> Corpus:
+  """The reference body shipped in the package (:data:`EMBEDDED_PATH`), decompressed and
+  checked against :data:`REFERENCE_SHA256` (a damaged or replaced copy is refused, one line).
+  Decompressed once per process (~0.2 s)."""
+  fix = (f"reinstall limits, or give the corpus with --data_dir=FOLDER or {ENV_DATA_DIR}=FOLDER "
+         f"(a folder holding {FILENAME}) or --text=FILE")
+  try:
+    data = lzma.decompress(EMBEDDED_PATH.read_bytes())
+  except OSError as e:
+    raise LimitsError(f"cannot read the embedded corpus {str(EMBEDDED_PATH)!r}: "
+                      f"{e.strerror or e}; {fix}") from None
+  except lzma.LZMAError as e:
+    raise LimitsError(f"the embedded corpus {str(EMBEDDED_PATH)!r} is not valid xz ({e}); "
+                      f"{fix}") from None
+  digest = sha256_bytes(data)
+  check(digest == REFERENCE_SHA256 and len(data) == REFERENCE_BYTES,
+        f"the embedded corpus {str(EMBEDDED_PATH)!r} decompresses to {len(data)} bytes with "
+        f"sha256 {digest}, not the reference body ({REFERENCE_BYTES} bytes, {REFERENCE_SHA256}); "
+        f"{fix}")
+  return Corpus(text=data.decode("utf-8"), path=EMBEDDED_PATH, source="embedded", sha256=digest)
+
+
+def _gutenberg_corpus(label: str, allow_download: bool | None, url: str | None,
+                      timeout: float) -> Corpus:
+  """``--data_dir=gutenberg``: the cached download of #2600, else a download into the cache."""
   cached = cache_dir() / FILENAME
   if cached.is_file():
     return _read_text_file(cached, "cache")
   url = url or os.environ.get(ENV_CORPUS_URL) or GUTENBERG_URL
-  looked = f"corpus {name!r} not found: no --data_dir or {ENV_DATA_DIR}, no {str(cached)!r}"
-  fix = (f"provide it with --data_dir=FOLDER or {ENV_DATA_DIR}=FOLDER (a folder holding "
-         f"{FILENAME}) or --text=FILE")
+  looked = f"{label}={GUTENBERG} asks for Project Gutenberg #2600, not in {str(cached)!r}"
+  fix = (f"leave {label} unset for the embedded copy, or give --data_dir=FOLDER or "
+         f"{ENV_DATA_DIR}=FOLDER (a folder holding {FILENAME}) or --text=FILE")
   if not _download_allowed(allow_download):
     raise LimitsError(f"{looked}, and downloads are off ({ENV_ALLOW_DOWNLOAD}=0); {fix}")
   print(f"limits: downloading War and Peace (Project Gutenberg #2600) from {url} into "
-        f"{cached} ({ENV_ALLOW_DOWNLOAD}=0 turns this off)", file=sys.stderr, flush=True)
+        f"{cached} ({ENV_ALLOW_DOWNLOAD}=0 refuses this)", file=sys.stderr, flush=True)
   try:
     path = download_corpus(url=url, dest=cached, timeout=timeout)
   except LimitsError as e:

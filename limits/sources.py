@@ -134,8 +134,10 @@ def corpus_windows(model: Model, length: int, windows: int, *,
     length: L, at most the model's context ``n_positions``.
     windows: how many windows.
     text: a text file overriding the corpus (``--text``).
-    data_dir: overrides ``$LIMITS_DATA_DIR`` (``--data_dir``).
-    allow_download: see :func:`limits.data.resolve_corpus` (None: on unless LIMITS_ALLOW_DOWNLOAD=0).
+    data_dir: overrides ``$LIMITS_DATA_DIR`` (``--data_dir``); neither: the embedded corpus;
+      ``"gutenberg"``: the cached Gutenberg download (:func:`limits.data.resolve_corpus`).
+    allow_download: whether ``data_dir="gutenberg"`` may download (None: yes unless
+      LIMITS_ALLOW_DOWNLOAD=0).
 
   Returns:
     int32 ``(windows, length)``; window w is tokens ``[w·L, (w+1)·L)`` of the encoded body.

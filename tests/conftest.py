@@ -1,11 +1,10 @@
 """Shared test set-up. Tests default to float32; those that verify a bound use
 ``with jax.enable_x64(True):`` (JAX 0.10's context manager) and say their tolerance.
 
-The corpus is not part of the project and the default run does not need it: tests that only
-need some text use a generated or built-in one (``--text`` / ``text=``). Tests that need the
-real *War and Peace* are marked ``corpus`` (out of the default run) and take the
-``reference_corpus`` fixture; run them with ``LIMITS_DATA_DIR=/path/to/data python -m pytest
--m corpus``. Asked for without the corpus they fail, naming what is missing: they never skip.
+The project embeds *War and Peace* (``limits/assets/war_and_peace.txt.xz``, the default corpus
+of every experiment). Tests that only need some text use a generated or built-in one
+(``--text`` / ``text=``); tests that need the real novel take the ``reference_corpus`` fixture
+(the embedded body as a file) and are marked ``corpus``. No environment variable is needed.
 No test reaches the internet: corpus downloads are off and the corpus cache is an empty folder
 in every test (``_corpus_offline``), and so are hub downloads (``_hub_offline``).
 """
@@ -74,18 +73,13 @@ def pytest_xdist_auto_num_workers(config):
                     else os.cpu_count() or 1))
 
 
-@pytest.fixture
-def reference_corpus() -> Path:
-  """Path of war_and_peace.txt under LIMITS_DATA_DIR; fails the test if it is not there."""
-  root = os.environ.get(data.ENV_DATA_DIR)
-  if not root:
-    pytest.fail(f"{data.ENV_DATA_DIR} is unset: corpus tests need the folder holding "
-                f"{data.FILENAME} (run `{data.ENV_DATA_DIR}=/path/to/data python -m pytest -m corpus`)",
-                pytrace=False)
-  path = Path(root) / data.FILENAME
-  if not path.is_file():
-    pytest.fail(f"{path} does not exist: {data.ENV_DATA_DIR} must hold {data.FILENAME}",
-                pytrace=False)
+@pytest.fixture(scope="session")
+def reference_corpus(tmp_path_factory) -> Path:
+  """Path of a war_and_peace.txt holding the embedded reference body (limits.data's
+  embedded_corpus, checked against the reference sha256 when decompressed), written once per
+  session into a temporary folder. No environment variable or download is needed."""
+  path = tmp_path_factory.mktemp("reference_corpus") / data.FILENAME
+  path.write_text(data.embedded_corpus().text, encoding="utf-8", newline="\n")
   return path
 
 
@@ -96,11 +90,13 @@ def _empty_corpus_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _corpus_offline(monkeypatch, _empty_corpus_cache):
-  """No test downloads the corpus (LIMITS_ALLOW_DOWNLOAD=0) or finds one in the user's cache
-  (LIMITS_CACHE_DIR is an empty folder); subprocesses inherit both. The download tests serve a
+  """No test downloads the corpus (LIMITS_ALLOW_DOWNLOAD=0), finds one in the user's cache
+  (LIMITS_CACHE_DIR is an empty folder) or in the user's LIMITS_DATA_DIR (unset); subprocesses
+  inherit this. The download tests serve a
   fake Gutenberg on 127.0.0.1 and lift this themselves (tests/test_data.py)."""
   monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(_empty_corpus_cache))
+  monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)  # the default is the embedded copy
   monkeypatch.delenv(data.ENV_CORPUS_URL, raising=False)
   yield
   left = sorted(_empty_corpus_cache.iterdir())

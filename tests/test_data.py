@@ -2,14 +2,17 @@
 
 The download path runs against a local HTTP server on 127.0.0.1 (http.server in a thread)
 serving a Gutenberg-shaped file that the test builds itself, so the expected body is known
-independently of the code under test. No test touches the network or, in the default run, the
-real corpus; the ones marked ``corpus`` (`python -m pytest -m corpus` with LIMITS_DATA_DIR set)
-check that stripping and the download path give back the reference body, against the checksum
-written out here from the shared data README, not the constant in limits.data.
+independently of the code under test. No test touches the network. The embedded corpus (the
+default) is checked against the checksum written out here from the shared data README, not the
+constant in limits.data, and so are stripping and the download path given the reference body
+wrapped as Gutenberg serves it (``reference_corpus``: the embedded body as a file). A damaged
+embedded copy is refused.
 """
 
+import functools
 import hashlib
 import http.server
+import lzma
 import os
 import threading
 from pathlib import Path
@@ -102,7 +105,8 @@ def server():
 @pytest.fixture
 def env(tmp_path, monkeypatch):
   """Isolated environment: its own empty cache dir, no data dir, downloads at their default (on)
-  from a dead local URL unless the test names its server (so none reaches Gutenberg)."""
+  from a dead local URL unless the test names its server (so none reaches Gutenberg). The
+  download is asked for with ``data_dir=GUTENBERG`` (``--data_dir=gutenberg``)."""
   cache = tmp_path / "cache"
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(cache))
   monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
@@ -161,7 +165,6 @@ def test_verify_body_checks_size_sentence_and_sha():
 REFERENCE = ("b36c8fc4d970c156361e878ca81d8552de8e763c45d0f6a897482860643c6286", 3_267_485)
 
 
-@pytest.mark.corpus
 def test_strip_of_wrapped_reference_reproduces_reference_sha(reference_corpus):
   raw = reference_corpus.read_bytes()
   assert (hashlib.sha256(raw).hexdigest(), len(raw)) == REFERENCE
@@ -172,8 +175,11 @@ def test_strip_of_wrapped_reference_reproduces_reference_sha(reference_corpus):
 # ---------------------------------------------------------------------------------------------
 # Download against a local server.
 
+GUT = data.GUTENBERG  # --data_dir=gutenberg: the (cached) download, only when asked for
+
+
 def test_download_strips_verifies_and_caches(server, env, capsys):
-  corpus = data.resolve_corpus(url=server.url + "/pg2600.txt")  # downloads are on by default
+  corpus = data.resolve_corpus(data_dir=GUT, url=server.url + "/pg2600.txt")  # downloads on
   assert corpus.source == "download"
   assert corpus.text == BIG_BODY
   assert (env / data.FILENAME).read_text(encoding="utf-8") == BIG_BODY
@@ -190,13 +196,15 @@ def test_download_strips_verifies_and_caches(server, env, capsys):
   # Second call is served from the cache: no new request, even with the server gone.
   n = server.requests
   server.close()
-  again = data.resolve_corpus(url=server.url + "/pg2600.txt")
+  again = data.resolve_corpus(data_dir=GUT, url=server.url + "/pg2600.txt")
   assert again.source == "cache" and again.text == BIG_BODY and server.requests == n
   assert capsys.readouterr().err == ""
 
 
-def test_download_url_from_environment(server, env, monkeypatch):
+def test_download_url_and_gutenberg_from_environment(server, env, monkeypatch):
   monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
+  assert data.resolve_corpus().source == "embedded" and server.requests == 0  # not asked for
+  monkeypatch.setenv(data.ENV_DATA_DIR, GUT)
   assert data.resolve_corpus().text == BIG_BODY
   assert server.requests == 1
 
@@ -207,22 +215,22 @@ def test_download_off_is_one_line_with_the_three_ways(server, env, monkeypatch, 
   if how == "env":
     monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")
   with pytest.raises(LimitsError) as e:
-    data.resolve_corpus(allow_download=False if how == "argument" else None)
+    data.resolve_corpus(data_dir=GUT, allow_download=False if how == "argument" else None)
   msg = _one_line(e)
   assert server.requests == 0 and _files(env) == []
   assert str(env / data.FILENAME) in msg and "downloads are off" in msg  # what was looked for
+  assert "--data_dir=gutenberg" in msg  # what asked for it
   for way in ("--data_dir=FOLDER", "LIMITS_DATA_DIR=FOLDER", "--text=FILE"):
     assert way in msg
 
 
-@pytest.mark.corpus
 def test_download_of_the_reference_gives_the_reference_body(reference_corpus, env, capsys):
   # The reference body wrapped as Gutenberg serves it, downloaded and stripped: byte-identical.
   raw = reference_corpus.read_bytes()
   page = gutenberg_file(raw.decode("utf-8"))
   srv = _Server({"/pg2600.txt": (page, len(page))})
   try:
-    corpus = data.resolve_corpus(url=srv.url + "/pg2600.txt")
+    corpus = data.resolve_corpus(data_dir=GUT, url=srv.url + "/pg2600.txt")
   finally:
     srv.close()
   assert corpus.source == "download" and corpus.matches_reference
@@ -254,7 +262,7 @@ def test_download_wrong_checksum_leaves_cache_empty(server, env):
 def test_download_too_small_for_the_novel_is_refused(server, env):
   # Default size check (3..4 MB) refuses a plausible but far too short body.
   with pytest.raises(LimitsError, match="bytes; expected") as e:
-    data.resolve_corpus(url=server.url + "/small.txt")
+    data.resolve_corpus(data_dir=GUT, url=server.url + "/small.txt")
   _one_line(e)
   assert _files(env) == []
 
@@ -274,7 +282,7 @@ def test_server_down_error_is_one_line(server, env):
   url = server.url + "/pg2600.txt"
   server.close()  # nothing listens on its port now: connection refused, like being offline
   with pytest.raises(LimitsError) as e:
-    data.resolve_corpus(url=url, timeout=5)
+    data.resolve_corpus(data_dir=GUT, url=url, timeout=5)
   msg = _one_line(e)
   assert str(env / data.FILENAME) in msg  # what was looked for
   assert "failed" in msg and url in msg and "refused" in msg.lower()  # that and why
@@ -303,17 +311,21 @@ def test_resolution_order(tmp_path, env, monkeypatch, server):
   assert data.resolve_corpus().source == "data_dir"
   assert data.load_text() == texts["env_dir"]
   monkeypatch.delenv(data.ENV_DATA_DIR)
-  # Without a data dir: the cache (downloads on or off), never the network while it is there.
-  assert data.resolve_corpus().source == "cache"
-  assert data.load_text(allow_download=False) == "cached corpus\n"
+  # Without a data dir: the embedded copy, never the cache or the network, downloads on or off.
+  for allow in (None, True, False):
+    corpus = data.resolve_corpus(allow_download=allow)
+    assert corpus.source == "embedded" and corpus.path == data.EMBEDDED_PATH
+  # --data_dir=gutenberg: the cache while it is there, else the download.
+  assert data.resolve_corpus(data_dir=GUT).source == "cache"
+  assert data.load_text(data_dir=GUT, allow_download=False) == "cached corpus\n"
   assert server.requests == 0
-  # Without the cache: the download.
   (env / data.FILENAME).unlink()
-  assert data.resolve_corpus().source == "download" and server.requests == 1
+  assert data.resolve_corpus(data_dir=GUT).source == "download" and server.requests == 1
 
 
 def test_named_data_dir_without_corpus_never_falls_back(tmp_path, env, monkeypatch, server):
-  # A folder the user named must hold the corpus: no silent switch to the cache or a download.
+  # A folder the user named must hold the corpus: no silent switch to the embedded copy, the
+  # cache or a download.
   env.mkdir(parents=True)
   (env / data.FILENAME).write_text("cached corpus\n")
   monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
@@ -325,6 +337,83 @@ def test_named_data_dir_without_corpus_never_falls_back(tmp_path, env, monkeypat
     data.resolve_corpus()
   assert str(tmp_path / "nowhere") in _one_line(e)
   assert server.requests == 0
+
+
+def test_a_folder_named_gutenberg_is_a_folder(tmp_path, env, monkeypatch, server):
+  # Only the bare word asks for the download; ./gutenberg (or an absolute path) is a folder.
+  monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "gutenberg").mkdir()
+  (tmp_path / "gutenberg" / data.FILENAME).write_text("folder corpus\n")
+  for spelling in ("./gutenberg", str(tmp_path / "gutenberg")):
+    corpus = data.resolve_corpus(data_dir=spelling)
+    assert corpus.source == "data_dir" and corpus.text == "folder corpus\n"
+  assert data.resolve_corpus(data_dir="gutenberg").source == "download"
+  assert server.requests == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The embedded corpus (the default).
+
+def test_default_is_the_embedded_reference_body(env, server, monkeypatch):
+  # Downloads on, a server that would answer, an empty cache: the default still reads nothing
+  # but the package's own file, and it is the README's reference body.
+  monkeypatch.setenv(data.ENV_CORPUS_URL, server.url + "/pg2600.txt")
+  corpus = data.resolve_corpus()
+  raw = corpus.text.encode("utf-8")
+  assert (hashlib.sha256(raw).hexdigest(), len(raw)) == REFERENCE  # independent of limits.data
+  assert corpus.source == "embedded" and corpus.sha256 == REFERENCE[0]
+  assert corpus.matches_reference and corpus.info()["matches_reference"]
+  assert corpus.text.startswith("CHAPTER I\n\n“Well, Prince, so Genoa and Lucca")
+  assert "SECOND EPILOGUE" in corpus.text[-300_000:] and "\r" not in corpus.text
+  assert server.requests == 0 and _files(env) == []
+  # Shipped compressed (the data README allows xz), with its provenance beside it; never as
+  # plain text (.gitignore has war_and_peace*.txt).
+  assert data.EMBEDDED_PATH.name == "war_and_peace.txt.xz"
+  assert 500_000 < data.EMBEDDED_PATH.stat().st_size < 1_200_000
+  assert lzma.decompress(data.EMBEDDED_PATH.read_bytes()) == raw  # a second decompression
+  provenance = (data.EMBEDDED_PATH.parent / "WAR_AND_PEACE.md").read_text(encoding="utf-8")
+  assert "Project Gutenberg eBook\n#2600 (public domain in the USA)" in provenance
+  assert REFERENCE[0] in provenance
+  assert not (data.EMBEDDED_PATH.parent / data.FILENAME).exists()
+
+
+@pytest.fixture
+def fake_embedded(tmp_path, monkeypatch):
+  """Points limits.data at a replaceable embedded file (the memo cleared before and after)."""
+  path = tmp_path / "war_and_peace.txt.xz"
+  monkeypatch.setattr(data, "EMBEDDED_PATH", path)
+  data.embedded_corpus.cache_clear()
+  yield path
+  data.embedded_corpus.cache_clear()
+
+
+def test_damaged_embedded_copy_is_refused_in_one_line(fake_embedded, reference_corpus):
+  body = reference_corpus.read_bytes()
+  xz = functools.partial(lzma.compress, preset=0)  # fast; any xz preset decompresses the same
+  # Both sides: the reference body, compressed here, loads; one byte changed does not.
+  fake_embedded.write_bytes(xz(body))
+  assert data.resolve_corpus().sha256 == REFERENCE[0]
+  data.embedded_corpus.cache_clear()
+  changed = body.replace(b"Genoa", b"Genoe", 1)
+  assert len(changed) == len(body)
+  fake_embedded.write_bytes(xz(changed))
+  with pytest.raises(LimitsError, match="not the reference body") as e:
+    data.resolve_corpus()
+  msg = _one_line(e)
+  assert str(fake_embedded) in msg and hashlib.sha256(changed).hexdigest() in msg
+  assert "--data_dir=FOLDER" in msg and "--text=FILE" in msg
+  # Not xz, truncated xz, or missing: one line each, naming the file.
+  for content, pattern in ((body[:1000], "not valid xz"),
+                           (xz(body)[:50_000], "not valid xz"),
+                           (None, "cannot read the embedded corpus")):
+    if content is None:
+      fake_embedded.unlink()
+    else:
+      fake_embedded.write_bytes(content)
+    with pytest.raises(LimitsError, match=pattern) as e:
+      data.resolve_corpus()
+    assert str(fake_embedded) in _one_line(e)
 
 
 def test_crlf_and_bom_are_normalized(tmp_path):

@@ -1,9 +1,10 @@
 """Tests for limits.sources and the shipped model in limits/assets/tiny.
 
 Random-weight models come from ``limits.gpt2.testing.make_random_model_dir``; the corpus is a
-small text file written by the test, except in the ``corpus`` test (out of the default run;
-`python -m pytest -m corpus` with LIMITS_DATA_DIR set runs it), which re-checks the model card's held-out loss with Hugging Face
-transformers (an independent GPT-2 implementation) on the shipped weights.
+small text file written by the test, except in the ``corpus`` test (out of the default run, about
+a minute: `python -m pytest -m corpus` runs it on the embedded corpus), which re-checks the model
+card's held-out loss with Hugging Face transformers (an independent GPT-2 implementation) on the
+shipped weights.
 """
 
 import json
@@ -61,8 +62,9 @@ def text_file(tmp_path_factory):
 
 @pytest.fixture
 def no_corpus(tmp_path, monkeypatch):
+  """No data dir, no cache, no download (the embedded copy is the only corpus left)."""
   monkeypatch.delenv(data.ENV_DATA_DIR, raising=False)
-  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")  # no download: no corpus anywhere
+  monkeypatch.setenv(data.ENV_ALLOW_DOWNLOAD, "0")
   monkeypatch.setenv(data.ENV_CACHE_DIR, str(tmp_path / "empty_cache"))
 
 
@@ -131,7 +133,7 @@ def test_corpus_windows_errors(model, text_file, no_corpus):
     sources.corpus_windows(model, 64, n_tokens // 64 + 1, text=text_file)
   _one_line(e)
   with pytest.raises(LimitsError, match="LIMITS_DATA_DIR") as e:
-    sources.corpus_windows(model, 16, 1)  # no corpus anywhere, downloads off
+    sources.corpus_windows(model, 16, 1, data_dir="gutenberg")  # no cache, downloads off
   _one_line(e)
   for bad in (0, -1, 2.0, True):
     with pytest.raises(LimitsError):

@@ -101,10 +101,11 @@ WAYS = ("--data_dir=FOLDER", "LIMITS_DATA_DIR=FOLDER", "--text=FILE")
 
 
 def test_no_corpus_is_one_line_naming_the_three_ways(model_dir, tmp_path):
-  # No --text/--data_dir/LIMITS_DATA_DIR, an empty cache and downloads off (tests/conftest.py):
-  # one line, exit 2.
+  # The Gutenberg download asked for (--data_dir=gutenberg; without it the embedded copy is
+  # used), an empty cache and downloads off (tests/conftest.py): one line, exit 2.
   out = tmp_path / "n"
-  p = run([f"--model={model_dir / 'model'}", f"--out_dir={out}", "--lengths=8"])
+  p = run([f"--model={model_dir / 'model'}", f"--out_dir={out}", "--lengths=8",
+           "--data_dir=gutenberg"])
   assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
   lines = p.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr[-2000:]
@@ -112,7 +113,7 @@ def test_no_corpus_is_one_line_naming_the_three_ways(model_dir, tmp_path):
 
 
 def test_failed_download_is_announced_then_one_error_line(model_dir, tmp_path):
-  # Downloads on (the default) but nothing listens at the URL: the notice of the download, then
+  # --data_dir=gutenberg, downloads on (the default) but nothing listens at the URL: the notice of the download, then
   # one error line with the reason and the three ways; the cache stays empty.
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -121,7 +122,8 @@ def test_failed_download_is_announced_then_one_error_line(model_dir, tmp_path):
   env = dict(os.environ, LIMITS_CACHE_DIR=str(cache), LIMITS_CORPUS_URL=url)
   env.pop("LIMITS_ALLOW_DOWNLOAD")
   p = run_experiment("vanishing", [f"--model={model_dir / 'model'}",
-                                   f"--out_dir={tmp_path / 'd'}", "--lengths=8"], env=env)
+                                   f"--out_dir={tmp_path / 'd'}", "--lengths=8",
+                                   "--data_dir=gutenberg"], env=env)
   assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
   lines = p.stderr.strip().splitlines()
   assert len(lines) == 2, p.stderr[-2000:]

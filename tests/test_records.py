@@ -218,6 +218,9 @@ def test_compilation_cache_is_written_by_a_cli_process(tmp_path):
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(("JAX_COMPILATION", "JAX_PERSISTENT", "LIMITS_COMPILE"))}
   env["XDG_CACHE_HOME"] = str(tmp_path)
+  # Every program is written whatever its compile time (an idle machine compiles this one in
+  # well under enable()'s 0.1 s threshold); enable() keeps a setting the environment made.
+  env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
   code = ("from limits.records import compilation as c; f = c.enable(); import jax, "
           "jax.numpy as jnp; jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready(); "
           "print(f, jax.config.jax_compilation_cache_dir)")

@@ -17,7 +17,7 @@ import pytest
 from limits import bounds, results, stats
 from limits.errors import LimitsError
 from limits.claims import assessment
-from limits.claims.core import DEPENDS, FAILS, HOLDS, NOT_TESTABLE, Claim, Reading, Verdict
+from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Claim, Reading, Verdict
 from limits.claims.judges_distance import judge_fig2b_converge_printed
 from limits.claims.judges_gradient import judge_cor3_printed
 from limits.selection import sort_desc
@@ -123,7 +123,8 @@ def test_fig2b_converge_needs_a_small_and_closing_gap(first, last, status):
   assert _converge(first, last).status == status
 
 
-# (f) claims assessment: "depends on" names exactly the ambiguities whose change alone flips. -----
+# (f) claims assessment: the robustness column names exactly the ambiguities whose change flips
+# the primary reading's verdict (issue 28: the verdict is the primary reading's, never "depends").
 
 def _claim(judge):
   return Claim(id="t", kind="theorem", where="here", words="w", setting="s", step="step",
@@ -132,31 +133,35 @@ def _claim(judge):
                          Reading("AMBIG-B", (("b1", "B one"), ("b2", "B two")))))
 
 
-def _named(label):
-  head = label.split(":", 1)[0]
-  assert head.startswith("depends on "), label
-  return head[len("depends on "):]
+def _flips(label):
+  """The flipping changes named by a robustness label, e.g. {"AMBIG-A (A two)"}."""
+  assert label.startswith("flips under "), label
+  return {part.split(":", 1)[0] for part in label[len("flips under "):].split("; ")}
 
 
-def test_depends_on_names_only_the_ambiguity_that_flips():
+def test_robustness_names_only_the_ambiguity_that_flips():
   only_a = _claim(lambda s, r: Verdict(HOLDS if r["AMBIG-A"] == "a1" else FAILS))
   res = assessment.assess(only_a, {})
-  assert res.verdict == DEPENDS and _named(res.label) == "AMBIG-A"
+  assert res.verdict == HOLDS and res.robust is False  # the primary reading (a1, b1) holds
+  assert _flips(res.label) == {"AMBIG-A (A two)"} and "AMBIG-B" not in res.label
   only_b = _claim(lambda s, r: Verdict(HOLDS if r["AMBIG-B"] == "b2" else FAILS))
-  assert _named(assessment.assess(only_b, {}).label) == "AMBIG-B"
+  res = assessment.assess(only_b, {})
+  assert res.verdict == FAILS and _flips(res.label) == {"AMBIG-B (B two)"}
   both = _claim(lambda s, r: Verdict(HOLDS if (r["AMBIG-A"], r["AMBIG-B"]) == ("a1", "b1")
                                      else FAILS))
-  assert _named(assessment.assess(both, {}).label) == "AMBIG-A, AMBIG-B"
-  neither = _claim(lambda s, r: Verdict(HOLDS))
-  assert assessment.assess(neither, {}).verdict == HOLDS
+  # Each change alone flips it: each is named alone, the pair (not minimal) is not.
+  assert _flips(assessment.assess(both, {}).label) == {"AMBIG-A (A two)", "AMBIG-B (B two)"}
+  neither = assessment.assess(_claim(lambda s, r: Verdict(HOLDS)), {})
+  assert (neither.verdict, neither.label, neither.robust) == (HOLDS, assessment.SAME, True)
 
 
-def test_depends_on_a_combination_when_no_single_change_is_computable():
+def test_robustness_names_a_pair_when_only_the_pair_is_computed_and_flips():
   table = {("a1", "b1"): HOLDS, ("a2", "b2"): FAILS}
   diag = _claim(lambda s, r: Verdict(table.get((r["AMBIG-A"], r["AMBIG-B"]), NOT_TESTABLE),
                                      reason="not computed"))
   res = assessment.assess(diag, {})
-  assert res.verdict == DEPENDS and _named(res.label) == "the combination of readings"
+  assert res.verdict == HOLDS and res.robust is False
+  assert _flips(res.label) == {"AMBIG-A (A two) with AMBIG-B (B two)"}
 
 
 # (g) results.prepare_out_dir takes the run lock (seen from another process). ---------------------

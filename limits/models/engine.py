@@ -84,6 +84,42 @@ def stack_params(flat: dict[str, Any], config, top: tuple[str, ...], stack: str,
   return params
 
 
+def flat_shapes(config, per_layer: dict[str, tuple[int, ...]], stack: str = "layers"
+                ) -> dict[str, tuple[int, ...]]:
+  """Every checkpoint tensor name and shape of a decoder with ``embed_tokens``, a final
+  ``norm`` and ``lm_head`` unless tied: ``<stack>.<i>.<name>`` for each of ``per_layer``."""
+  shapes = {"embed_tokens.weight": (config.vocab_size, config.n_embd)}
+  for i in range(config.n_layer):
+    for name, shape in per_layer.items():
+      shapes[f"{stack}.{i}.{name}"] = shape
+  shapes["norm.weight"] = (config.n_embd,)
+  if not config.tie_word_embeddings:
+    shapes["lm_head.weight"] = (config.vocab_size, config.n_embd)
+  return shapes
+
+
+def check_stacked_params(params, config, per_layer: dict[str, tuple[int, ...]], what: str,
+                         stack: str = "layers") -> None:
+  """LimitsError ``<what> params: ...`` unless every tensor of :func:`flat_shapes` is present
+  in the stacked pytree (layer tensors with a leading n_layer axis) with its shape."""
+  expected = {"embed_tokens.weight": (config.vocab_size, config.n_embd),
+              "norm.weight": (config.n_embd,)}
+  if not config.tie_word_embeddings:
+    expected["lm_head.weight"] = (config.vocab_size, config.n_embd)
+  for name, shape in per_layer.items():
+    expected[f"{stack}.{name}"] = (config.n_layer,) + shape
+  for name, shape in expected.items():
+    node = params
+    try:
+      for part in name.split("."):
+        node = node[part]
+      got = tuple(node.shape)
+    except (KeyError, TypeError, AttributeError):
+      raise LimitsError(f"{what} params: missing tensor {name}") from None
+    if got != shape:
+      raise LimitsError(f"{what} params: {name} has shape {got}, config expects {shape}")
+
+
 def family_module(config):
   """The module implementing ``config``'s family (``config.family``)."""
   name = getattr(config, "family", None)

@@ -53,8 +53,10 @@ class Model:
 
   @property
   def native_temperature(self) -> float:
-    """The model's own temperature on the raw q·k scale: √d_head."""
-    return float(np.sqrt(self.config.d_head))
+    """The model's own temperature on the raw q·k scale: √d_head (Gemma 3:
+    √query_pre_attn_scalar, its ``attn_temperature``; equal to √d_head for Gemma 3 270M)."""
+    native = getattr(self.config, "attn_temperature", None)
+    return float(np.sqrt(self.config.d_head) if native is None else native)
 
   def info(self) -> dict:
     """A small JSON-able description for results.json."""

@@ -196,7 +196,8 @@ def _load_hf_dir(loc: Location, dtype):
          else files.read_safetensors(weights))
   flat = {}
   for key, value in raw.items():
-    for prefix in ("model.language_model.", "language_model.model.", "model."):
+    for prefix in ("model.language_model.", "language_model.model.", "language_model.",
+                   "model."):
       if key.startswith(prefix):
         key = key[len(prefix):]
         break

@@ -29,6 +29,7 @@ from limits.models.engine import (AttnRecord, Normalizer, attend, check_stacked_
                                   flat_shapes, stack_params)
 from limits.models.gemma3.config import Config
 from limits.models.llama.model import apply_rope, rope_tables
+from limits.models.llama.model import layer_shapes as llama_layer_shapes
 
 LAYERS_KEY = "layers"
 Params = dict
@@ -44,20 +45,12 @@ LAYER_TENSORS = (
 
 
 def layer_shapes(config: Config) -> dict[str, tuple[int, ...]]:
-  """Shapes of one block's tensors (HF layout, linear weights (out, in))."""
-  d, dh, m = config.n_embd, config.d_head, config.d_mlp
-  return {
-      "input_layernorm.weight": (d,),
-      "self_attn.q_proj.weight": (config.n_head * dh, d),
-      "self_attn.k_proj.weight": (config.n_kv_head * dh, d),
-      "self_attn.v_proj.weight": (config.n_kv_head * dh, d),
-      "self_attn.o_proj.weight": (d, config.n_head * dh),
+  """Shapes of one block's tensors (HF layout, linear weights (out, in)): Llama's, plus the
+  QK-norm gains (d_head) and the two extra sandwich norms (d_model)."""
+  d, dh = config.n_embd, config.d_head
+  return dict(llama_layer_shapes(config), **{
       "self_attn.q_norm.weight": (dh,), "self_attn.k_norm.weight": (dh,),
-      "post_attention_layernorm.weight": (d,), "pre_feedforward_layernorm.weight": (d,),
-      "post_feedforward_layernorm.weight": (d,),
-      "mlp.gate_proj.weight": (m, d), "mlp.up_proj.weight": (m, d),
-      "mlp.down_proj.weight": (d, m),
-  }
+      "pre_feedforward_layernorm.weight": (d,), "post_feedforward_layernorm.weight": (d,)})
 
 
 def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:

@@ -139,8 +139,12 @@ def corollary1_band(q, k, temperature, mask=None) -> tuple[Array, Array]:
   return jnp.exp(-2 * delta / T) / n, jnp.exp(2 * delta / T) / n
 
 
-def corollary1_causal_check(scores, q, k, temperature):
+def corollary1_causal_check(scores, q, k, temperature, window: int = 0):
   """Corollary 1 on a causal attention layer, in log space: per (B, H), over every query t.
+
+  ``window`` (static) W > 0: a local layer with a sliding window (Gemma 3), where query t sees
+  only its last n_t = min(t, W) keys: the effective length, so the band checks α_i·n_t with
+  Δ_t over those keys. 0 = the whole causal prefix (n_t = t).
 
   Checks e^{-2Δ_t/T} <= α_i·t <= e^{2Δ_t/T} with Δ_t = ‖q_t‖·max_{i<=t}‖k_i‖ (AMBIG-2) for the
   softmax weights α = softmax(scores/T) over the causal prefix, using log α_i = l_i/T −
@@ -149,16 +153,20 @@ def corollary1_causal_check(scores, q, k, temperature):
 
   scores (B, H, L, L) raw q·k; q, k (B, H, L, d). Returns a dict of (B, H) arrays.
   """
+  from limits.models.engine import attention_mask
+
   L = scores.shape[-1]
-  vis = jnp.tril(jnp.ones((L, L), bool))  # (L, L) query t sees keys <= t
+  vis = attention_mask(L, window)  # (L, L) query t sees keys <= t (the last W in a window)
   logits = jnp.where(vis, scores / temperature, -jnp.inf)
   lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # (B, H, L, 1)
   logw = logits - lse
-  log_n = jnp.log(jnp.arange(1, L + 1, dtype=logits.dtype))[:, None]  # (L, 1)
+  log_n = jnp.log(jnp.sum(vis, axis=-1).astype(logits.dtype))[:, None]  # (L, 1) n_t
   log_max = jnp.max(jnp.where(vis, logw, -jnp.inf), axis=-1, keepdims=True) + log_n
   log_min = jnp.min(jnp.where(vis, logw, jnp.inf), axis=-1, keepdims=True) + log_n
   knorm = jnp.linalg.norm(k, axis=-1)  # (B, H, L)
-  kmax = jax.lax.cummax(knorm, axis=knorm.ndim - 1)  # max_{i<=t} ‖k_i‖
+  # max over visible keys ‖k_i‖: the prefix max, or the max over the window.
+  kmax = (jnp.max(jnp.where(vis, knorm[..., None, :], 0.0), axis=-1) if window
+          else jax.lax.cummax(knorm, axis=knorm.ndim - 1))
   band = 2.0 * jnp.linalg.norm(q, axis=-1) * kmax / temperature  # (B, H, L) = 2Δ/T
   log_max, log_min = log_max[..., 0], log_min[..., 0]
   viol = (log_max > band) | (log_min < -band)

@@ -53,16 +53,24 @@ class Model:
 
   @property
   def native_temperature(self) -> float:
-    """The model's own temperature on the raw q·k scale: √d_head."""
-    return float(np.sqrt(self.config.d_head))
+    """The model's own temperature on the raw q·k scale: √d_head (Gemma 3:
+    √query_pre_attn_scalar, its ``attn_temperature``; equal to √d_head for Gemma 3 270M)."""
+    native = getattr(self.config, "attn_temperature", None)
+    return float(np.sqrt(self.config.d_head) if native is None else native)
 
   def info(self) -> dict:
     """A small JSON-able description for results.json."""
+    from limits import models
+
     c = self.config
-    return {"name": self.name, "path": str(self.path), "family": c.family,
+    info = {"name": self.name, "path": str(self.path), "family": c.family,
             "n_layer": c.n_layer, "n_head": c.n_head, "n_kv_head": c.n_kv_head,
             "n_embd": c.n_embd, "d_head": c.d_head, "n_positions": c.n_positions,
             "vocab_size": c.vocab_size}
+    windows = [int(k or 0) for k in models.layer_kinds(c)]
+    if any(windows):  # local (sliding-window) layers: W per layer, 0 = global
+      info["layer_windows"] = windows
+    return info
 
 
 def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
@@ -169,13 +177,15 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
 
   Each row is one query's logits ``l_j = q·k_j`` over the L keys of its window, on the raw
   scale (AMBIG-12: divide by T; the model's own T is √d_head). Masked (future) entries are set
-  to 0 and marked False in ``mask``; query t (0-based) has t+1 visible entries.
+  to 0 and marked False in ``mask``; query t (0-based) has t+1 visible entries, min(t+1, W) in
+  a local layer with sliding window W (Gemma 3): the effective length is the visible count.
 
   Returns:
     rows: float32 ``(R, L)``, R = windows · n_kept_layers · n_head · L, ordered by window, then
       layer, then head, then query.
     mask: bool ``(R, L)``, True = visible.
     meta: dict of int32 ``(R,)`` arrays ``window``, ``layer``, ``head``, ``query``, ``n_visible``,
+      ``attn_window`` (the layer's sliding window W, 0 = global),
       plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
       ``native_temperature`` (√d_head).
   """
@@ -188,7 +198,9 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
   n_kept, h, l = len(kept), c.n_head, int(length)
   per_window = n_kept * h * l
   rows = np.empty((tokens.shape[0] * per_window, l), dtype=np.float32)
-  vis = causal_mask(l)
+  # Per kept layer: causal, and the sliding window in a local layer (Gemma 3).
+  attn_windows = [int(models.layer_kinds(c)[i] or 0) for i in kept]
+  vis_of = [np.asarray(models.attention_mask(l, wn)) for wn in attn_windows]
   for w in range(tokens.shape[0]):
     # One layer's (1, H, L, L) scores at a time (iter_layers), written straight into rows.
     for li, (layer, rec) in enumerate(records.iter_layers(model, tokens[w:w + 1], layers=kept,
@@ -197,14 +209,18 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
       start = w * per_window + li * h * l
       block = rows[start:start + h * l].reshape(h, l, l)
       block[...] = np.asarray(rec.scores[0], dtype=np.float32)
-      block[:, ~vis] = 0.0
+      block[:, ~vis_of[li]] = 0.0
       del rec
-  mask = np.broadcast_to(vis, (tokens.shape[0] * n_kept * h, l, l)).reshape(-1, l)
+  per_layer = np.stack([np.broadcast_to(v, (h, l, l)) for v in vis_of])  # (n_kept, H, L, L)
+  mask = np.broadcast_to(per_layer, (tokens.shape[0],) + per_layer.shape).reshape(-1, l)
   grid = np.meshgrid(np.arange(tokens.shape[0]), np.asarray(kept), np.arange(h), np.arange(l),
                      indexing="ij")
   window_i, layer_i, head_i, query_i = (g.reshape(-1).astype(np.int32) for g in grid)
+  attn_window = np.asarray(attn_windows, np.int32)[np.searchsorted(kept, layer_i)]
+  n_visible = np.where(attn_window > 0, np.minimum(query_i + 1, attn_window), query_i + 1)
   meta = {"window": window_i, "layer": layer_i, "head": head_i, "query": query_i,
-          "n_visible": query_i + 1, "tokens": tokens, "layers": tuple(kept),
+          "n_visible": n_visible.astype(np.int32), "attn_window": attn_window,
+          "tokens": tokens, "layers": tuple(kept),
           "native_temperature": model.native_temperature}
   return rows, np.ascontiguousarray(mask), meta
 

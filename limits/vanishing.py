@@ -129,7 +129,7 @@ def run(config: VanishingConfig):
                  "temperature": model.native_temperature})
   T = model.native_temperature
   dtype = np.float64 if config.x64 else np.float32
-  check_fn = jax.jit(bounds.corollary1_causal_check)
+  check_fn = jax.jit(bounds.corollary1_causal_check, static_argnames=("window",))
   lemma1 = lemma1_synthetic(config.lemma1_a, lengths, config.seed)
   c = model.config
   per_head, summary, timings = [], [], {}
@@ -151,8 +151,10 @@ def run(config: VanishingConfig):
       for w in range(config.windows):
         for layer, rec in records.iter_layers(model, tokens_by_l[L][w:w + 1],
                                               fields=("q", "k", "scores")):
+          # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
+          window = 0 if rec.window is None else int(rec.window)
           out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
-                         np.asarray(T, dtype))
+                         np.asarray(T, dtype), window=window)
           out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
           for h in range(c.n_head):
             rows = acc.setdefault((layer, h), [])

@@ -181,7 +181,7 @@ def test_name_not_in_cache_says_where_it_looked(tmp_path, monkeypatch):
   with pytest.raises(LimitsError) as e:
     gpt2.load("gpt2-medium")
   msg = _one_line(e)
-  assert "empty_hub" in msg and "hf_home" in msg and "huggingface-cli download" in msg
+  assert "empty_hub" in msg and "hf_home" in msg and "hf download" in msg
 
 
 # ----------------------------------------------------------------------------------------------

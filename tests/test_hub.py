@@ -47,6 +47,8 @@ class FakeHub:
     self.shas = {r: hashlib.sha1(r.encode()).hexdigest() for r in repos}
     self.blobs = {hashlib.sha256(b).hexdigest(): b for files in repos.values()
                   for b in files.values()}
+    self.blob_repo = {hashlib.sha256(b).hexdigest(): r for r, files in repos.items()
+                      for b in files.values()}
     hub_ = self
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -120,7 +122,13 @@ class FakeHub:
       return self._send(h, 200, common, data, body)
     m = re.fullmatch(r"/cdn/(?P<digest>[0-9a-f]{64})", path)
     if m and m["digest"] in self.blobs:
-      return self._send(h, 200, [("ETag", f'"{m["digest"]}"')], self.blobs[m["digest"]], body)
+      # huggingface_hub 1.x follows a redirect that stays on the same host (here the "CDN" is
+      # 127.0.0.1 too) and reads the metadata from where it lands; a real CDN is another host,
+      # where it stops at the 302. So the blob also carries the hub's metadata headers.
+      digest, data = m["digest"], self.blobs[m["digest"]]
+      meta = [("X-Repo-Commit", self.shas[self.blob_repo[digest]]),
+              ("X-Linked-Etag", f'"{digest}"'), ("X-Linked-Size", str(len(data)))]
+      return self._send(h, 200, [("ETag", f'"{digest}"')] + meta, data, body)
     return self._send(h, 404, [], b"", body)
 
 
@@ -151,6 +159,14 @@ def no_internet(monkeypatch):
   assert not attempts, f"a test tried to leave 127.0.0.1: {attempts}"
 
 
+def _reset_sessions():
+  """Drops huggingface_hub's cached HTTP session (1.x: close_session; 0.x: reset_sessions)."""
+  import huggingface_hub.utils
+
+  (getattr(huggingface_hub.utils, "close_session", None)
+   or huggingface_hub.utils.reset_sessions)()
+
+
 @pytest.fixture()
 def env(tmp_path, monkeypatch, no_internet):
   """An empty HF cache under tmp_path, online, no token; the cwd holds no model names."""
@@ -166,12 +182,14 @@ def env(tmp_path, monkeypatch, no_internet):
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
   # huggingface_hub reads these at import time: match the environment set above.
   monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_ENABLE_HF_TRANSFER", False)
+  # (huggingface_hub 1.x dropped hf_transfer: the attribute may not exist.)
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_ENABLE_HF_TRANSFER", False,
+                      raising=False)
   monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", True)
-  huggingface_hub.utils.reset_sessions()
+  _reset_sessions()
   monkeypatch.chdir(tmp_path)
   yield cache
-  huggingface_hub.utils.reset_sessions()
+  _reset_sessions()
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +294,7 @@ def test_offline_without_cache_is_one_line(fake_hub, env, monkeypatch, value):
     hub.resolve_name(REPO)
   msg = _one_line(e)
   assert REPO in msg and str(env) in msg and "HF_HUB_OFFLINE" in msg
-  assert f"huggingface-cli download {REPO} config.json model.safetensors" in msg
+  assert f"hf download {REPO} config.json model.safetensors" in msg
   assert "HF_HUB_CACHE" in msg
   assert fake_hub.requests == []
 
@@ -322,7 +340,7 @@ def test_network_error_is_one_line(monkeypatch, env):
   with pytest.raises(LimitsError) as e:
     hub.download(REPO)
   msg = _one_line(e)
-  assert REPO in msg and f"127.0.0.1:{port}" in msg and "huggingface-cli download" in msg
+  assert REPO in msg and f"127.0.0.1:{port}" in msg and "hf download" in msg
   assert str(env) in msg
 
 

@@ -12,6 +12,8 @@ the issue fixes. Both sides run float32 in different summation orders (a few ulp
 wrong query group, missing RMSNorm gain, causal off-by-one) changes outputs by ≥ 1e-2.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch  # requirements-dev.txt: the reference, imported plainly so it can never skip
@@ -24,8 +26,9 @@ from limits.errors import LimitsError
 TOL = 1e-4  # float32 summation-order noise is ~1e-6; see the module docstring
 
 
-def _hf_model(tmp_path, seed=0, **kw):
-  """A random HF Llama (norm gains perturbed) saved to tmp_path; returns (model, dir)."""
+def _hf_model(tmp_path, seed=0, qk_scale=1.0, **kw):
+  """A random HF Llama (norm gains perturbed; q/k projections × ``qk_scale``, for peaked,
+  position-sensitive attention) saved to tmp_path; returns (model, dir)."""
   torch.manual_seed(seed)
   base = dict(vocab_size=101, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
               num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
@@ -37,6 +40,8 @@ def _hf_model(tmp_path, seed=0, **kw):
     for name, p in model.named_parameters():
       if "norm" in name:
         p.add_(0.2 * torch.randn_like(p))  # gains around 1
+      if "q_proj" in name or "k_proj" in name:
+        p.mul_(qk_scale)
   path = tmp_path / f"llama_{seed}"
   model.save_pretrained(path, safe_serialization=True)
   return model, path
@@ -169,8 +174,10 @@ def test_sharded_checkpoint_loads_equal(tmp_path):
 def test_pickle_only_llama_dir_refused(tmp_path):
   hf, _ = _hf_model(tmp_path, seed=1)
   pickled = tmp_path / "pickled"
-  hf.save_pretrained(pickled, safe_serialization=False)
-  assert (pickled / "pytorch_model.bin").is_file()
+  # transformers 5 always saves safetensors: write the pickle checkpoint as older versions did.
+  pickled.mkdir()
+  hf.config.to_json_file(str(pickled / "config.json"))
+  torch.save(hf.state_dict(), pickled / "pytorch_model.bin")
   with pytest.raises(LimitsError, match="refusing pickle checkpoint .*pytorch_model.bin") as e:
     models.load(pickled)
   assert "\n" not in str(e.value)
@@ -189,3 +196,75 @@ def test_rope_scaling_and_biases_refused(tmp_path):
       models.load(path)
     with pytest.raises(LimitsError, match=match):
       models.load_config(path)
+
+
+def test_transformers5_rope_parameters_theta_is_read(tmp_path):
+  """transformers 5 writes θ only inside ``rope_parameters``; it must not fall back to 10⁴.
+
+  q/k projections × 30 make attention peaked, so RoPE's θ matters (at the 0.02 init attention
+  is near uniform and θ = 10⁴ moves logits by only ~2e-3); reading the default θ turns this
+  red (the issue measured 0.11-0.35 on trained-scale weights)."""
+  import json
+
+  hf, path = _hf_model(tmp_path, seed=11, qk_scale=30.0, rope_theta=500000.0,
+                       num_hidden_layers=3)
+  saved = json.loads((path / "config.json").read_text())
+  assert "rope_theta" not in saved and saved["rope_parameters"] == {
+      "rope_theta": 500000.0, "rope_type": "default"}  # the transformers-5 layout
+  config, params = models.load(path)
+  assert config.rope_theta == 500000.0
+  tokens = _tokens(config.vocab_size, (1, 40))
+  ref, _ = _hf_run(hf, tokens)
+  logits, ref_logits = np.asarray(models.forward(params, tokens, config).logits), ref.logits.numpy()
+  np.testing.assert_allclose(logits, ref_logits, rtol=0,
+                             atol=TOL * float(np.abs(ref_logits).max()))
+  # The other side of the boundary: the same weights at θ = 10⁴ are far from HF.
+  wrong = models.forward(params, tokens, dataclasses.replace(config, rope_theta=10000.0)).logits
+  assert float(np.abs(np.asarray(wrong) - ref_logits).max()) > 30 * TOL * float(
+      np.abs(ref_logits).max())
+
+
+def test_transformers4_style_config_loads_with_its_theta(tmp_path):
+  """A config.json as transformers 4.x wrote it (top-level rope_theta, rope_scaling null, no
+  rope_parameters) gives the same model as the transformers-5 file."""
+  import json
+
+  hf, path = _hf_model(tmp_path, seed=12, rope_theta=100000.0)
+  saved = json.loads((path / "config.json").read_text())
+  old = {k: v for k, v in saved.items() if k != "rope_parameters"}
+  old.update(rope_theta=100000.0, rope_scaling=None, transformers_version="4.57.3")
+  (path / "config.json").write_text(json.dumps(old))
+  config, params = models.load(path)
+  assert config.rope_theta == 100000.0
+  tokens = _tokens(config.vocab_size, (1, 24))
+  ref, _ = _hf_run(hf, tokens)
+  np.testing.assert_allclose(np.asarray(models.forward(params, tokens, config).logits),
+                             ref.logits.numpy(), rtol=0,
+                             atol=TOL * float(np.abs(ref.logits.numpy()).max()))
+
+
+@pytest.mark.parametrize("style", ["v5", "v4"])
+@pytest.mark.parametrize("rope_type", ["llama3", "linear", "dynamic", "yarn"])
+def test_rope_types_that_change_attention_are_refused(tmp_path, style, rope_type):
+  import json
+
+  from limits.models.llama.config import Config
+
+  base = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6,
+          "num_hidden_layers": 2, "intermediate_size": 80, "vocab_size": 101}
+  ok = dict(base, rope_parameters={"rope_type": "default", "rope_theta": 2e5})
+  assert Config.from_hf(ok).rope_theta == 2e5  # "default" is accepted
+  extra = {"rope_type": rope_type, "factor": 8.0}
+  bad = (dict(base, rope_parameters=dict(extra, rope_theta=5e5)) if style == "v5"
+         else dict(base, rope_theta=5e5, rope_scaling=extra))
+  with pytest.raises(LimitsError, match=f"rope_type='{rope_type}' is not supported") as e:
+    Config.from_hf(bad, source="config.json")
+  assert "\n" not in str(e.value)
+  # A factor alone (no rope_type) changes attention too and is refused, naming the key.
+  with pytest.raises(LimitsError, match="factor=8.0"):
+    Config.from_hf(dict(base, rope_parameters={"rope_theta": 5e5, "factor": 8.0}))
+  path = tmp_path / "cfg"
+  path.mkdir()
+  (path / "config.json").write_text(json.dumps(bad))
+  with pytest.raises(LimitsError, match=rope_type):
+    models.load_config(path)

@@ -286,3 +286,31 @@ def test_iter_model_layers_matches_forward(model, text_file):
     np.testing.assert_allclose(np.asarray(rec.v), np.asarray(full.v[layer]), atol=1e-5)
     seen.append((w, layer))
   assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_model_logit_rows_of_local_layers_see_min_t_w_keys(model, text_file):
+  """A Gemma 3 model with sliding window W = 4 (layers 0, 2 local, 1 global) at L = 12: rows of a
+  local layer have min(t, W) visible keys, exactly the keys its attention weights are non-zero
+  on; a global layer's rows keep the causal prefix."""
+  import dataclasses
+
+  from limits import models
+  from limits.models.gemma3 import Config
+
+  L, Wn = 12, 4
+  config = Config(n_layer=3, n_head=2, n_kv_head=1, n_embd=16, head_dim=8, d_mlp=24,
+                  n_positions=64, vocab_size=model.config.vocab_size, sliding_window=Wn,
+                  layer_types=("sliding_attention", "full_attention", "sliding_attention"),
+                  query_pre_attn_scalar=8.0)
+  params = models.init_params(jax.random.PRNGKey(0), config)
+  gm = dataclasses.replace(model, config=config, params=params, name="gemma3-random")
+  assert gm.info()["layer_windows"] == [Wn, 0, Wn]
+  rows, mask, meta = sources.model_logit_rows(gm, L, 1, text=text_file)
+  t = meta["query"] + 1
+  local = meta["layer"] != 1
+  np.testing.assert_array_equal(meta["attn_window"], np.where(local, Wn, 0))
+  np.testing.assert_array_equal(meta["n_visible"], np.where(local, np.minimum(t, Wn), t))
+  np.testing.assert_array_equal(mask.sum(-1), meta["n_visible"])
+  weights = np.asarray(models.forward(params, meta["tokens"], config).attn.weights[:, 0])
+  np.testing.assert_array_equal(mask.reshape(3, 2, L, L), weights > 0)
+  assert np.all(rows[~mask] == 0)

@@ -74,6 +74,35 @@ def test_causal_check_agrees_with_bounds_corollary1_band():
     assert int(bad["violations"].sum()) > 0
 
 
+
+def test_corollary1_check_on_a_sliding_window_uses_the_effective_length():
+  """A local layer (window W < L): the last query sees its last W keys only, so its band is
+  Corollary 1 over those W keys with n = W (not L); float64, rtol 1e-12."""
+  from limits import bounds
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(1)
+    B, H, L, d, W = 1, 2, 9, 3, 4
+    q = jnp.asarray(rng.normal(size=(B, H, L, d)) * 0.3)
+    k = jnp.asarray(rng.normal(size=(B, H, L, d)) * 0.3)
+    k = k.at[..., 0, :].multiply(20.0)  # a large key outside the last query's window
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k)
+    out = bounds.corollary1_causal_check(scores, q, k, 2.0, window=W)
+    assert int(out["violations"].sum()) == 0
+    lo, up = bounds.corollary1_band(q[..., -1, :], k[..., L - W:, :], 2.0)
+    np.testing.assert_allclose(np.exp(out["band_last"]), up * W, rtol=1e-12)
+    # The last query's α·n over its W keys, from a softmax computed here.
+    z = np.asarray(scores[..., -1, L - W:]) / 2.0
+    alpha = np.exp(z - z.max(-1, keepdims=True))
+    alpha /= alpha.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.exp(out["log_max_last"]), alpha.max(-1) * W, rtol=1e-12)
+    # The causal reading of the same layer is a different check (n = L, the far key counted).
+    full = bounds.corollary1_causal_check(scores, q, k, 2.0)
+    assert not np.allclose(np.asarray(full["band_last"]), np.asarray(out["band_last"]))
+    bad = bounds.corollary1_causal_check(scores * 50, q, k, 2.0, window=W)
+    assert int(bad["violations"].sum()) > 0
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--lengths=128"], "L=128, beyond the context"),
     (["--windows=0"], "windows"),

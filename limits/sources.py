@@ -189,7 +189,7 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
       plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
       ``native_temperature`` (√d_head).
   """
-  from limits import records
+  from limits import models, records
 
   tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
                           allow_download=allow_download)

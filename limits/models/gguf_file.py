@@ -221,7 +221,7 @@ def read_llama_tensors(reader, config, path) -> dict[str, np.ndarray]:
       hf = f"layers.{index}.{_LAYER_NAMES[rest]}"
     else:
       raise LimitsError(f"{path}: unexpected tensor {name} for a Llama model")
-    w = _dequantize(tensor, path)
+    w = dequantize(tensor, path)
     heads = (config.n_head if rest_is(name, "attn_q.weight")
              else config.n_kv_head if rest_is(name, "attn_k.weight") else None)
     if heads is not None and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:

@@ -186,6 +186,8 @@ def _family_config(loc: Location):
 
 
 def _load_hf_dir(loc: Location, dtype):
+  from limits.models.checks import check_layer_count
+
   config, family = _family_config(loc)
   weights = loc.path if loc.kind == "file" else files.find_weight_file(
       loc.directory, ("model.safetensors", "model.safetensors.index.json"))

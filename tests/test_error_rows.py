@@ -57,7 +57,10 @@ def test_figure_write_that_fails_names_the_file_leaves_no_temp_and_no_complete_r
   out = tmp_path / "run"
   code = _LIMITED.format(limit=32 * 1024, script=str(REPO / "experiments" / "gradient.py"))
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # its entries would hit the limit too (a warning)
+  # No compilation cache (the tests' folder, or the CLI's own in the user cache): its entries
+  # would hit the limit too (a warning line).
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  env["LIMITS_COMPILE_CACHE"] = "off"
   r = subprocess.run([sys.executable, "-c", code, "--rows=8", "--length=16", "--temperature=1",
                       f"--out_dir={out}"], cwd=REPO, env=env, capture_output=True, text=True,
                      timeout=300)

@@ -109,9 +109,11 @@ def directory_family(directory: pathlib.Path) -> str:
   """The family named by ``directory/config.json`` (``model_type``, or GPT2* architectures)."""
   hf = files.read_json(directory / "config.json")
   model_type = hf.get("model_type")
-  if model_type is None and any(str(a).startswith("GPT2") for a in hf.get("architectures") or []):
+  archs = hf.get("architectures")
+  if model_type is None and isinstance(archs, list) and any(
+      str(a).startswith("GPT2") for a in archs):
     model_type = "gpt2"
-  if model_type not in MODEL_TYPES:
+  if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
     raise LimitsError(f"{directory / 'config.json'}: model_type={model_type!r} is not "
                       f"supported; supported model types: {', '.join(MODEL_TYPES)}")
   return MODEL_TYPES[model_type]

@@ -79,10 +79,15 @@ def rope_theta(hf: Mapping[str, Any], source: str, *, default: float,
         theta = _check_plain(params[layer_type], f"rope_parameters[{layer_type!r}]", source)
     else:
       theta = _check_plain(params, "rope_parameters", source)
+  legacy = hf.get(legacy_key)
+  if legacy is not None and not is_positive_number(legacy):
+    raise LimitsError(f"{source}: {legacy_key}={legacy!r} must be a positive number")
+  if theta is not None and legacy is not None and float(legacy) != theta:
+    # Both formats in one file and they disagree: which one a reader takes differs between
+    # transformers versions, so neither is taken silently.
+    raise LimitsError(f"{source}: {legacy_key}={legacy!r} disagrees with rope_parameters' "
+                      f"rope_theta={theta!r}; give one of them")
   if theta is None:
-    legacy = hf.get(legacy_key)
-    if legacy is not None and not is_positive_number(legacy):
-      raise LimitsError(f"{source}: {legacy_key}={legacy!r} must be a positive number")
     theta = float(legacy) if legacy is not None else float(default)
   return theta
 

@@ -3,6 +3,7 @@ bad flags rejected with a one-line message and no traceback."""
 
 import csv
 import json
+import re
 import math
 import os
 import subprocess
@@ -151,9 +152,24 @@ def test_sampled_plan_gives_the_exhaustive_verdicts(tmp_path):
   assert res["sampled"]["sampling"]["fd_rows"] == 2 * 2 * 8
   assert res["exhaustive"]["sampling"]["fd_rows"] == res["exhaustive"]["n_rows"] == 2 * 2 * 128
   from limits import claims
-  for cid in ("cor3-printed", "cor3-tight", "lemma2", "fig4-inverse-t", "fig4-collapse"):
+  for cid in ("cor3-printed", "cor3-tight", "lemma2", "fig4-collapse"):
     a, b = (claims.assess(claims.BY_ID[cid], claims.summarize("gradient", res[k])).verdict
             for k in ("sampled", "exhaustive"))
     assert a == b, (cid, a, b)
+  # fig4-inverse-t: since issue 28 the ε whose 1/T trend is impossible (here 0.1 and 10) are
+  # left out, and the one curve left (ε = 1e-3) sits at the criterion's edge on this random
+  # model (slope −0.66 sampled, −0.76 exhaustive, against |slope + 1| ≤ 0.25), so its verdict
+  # can differ between plans (seen 2026-12-05; this test asserted equal verdicts before). What
+  # the plan must keep: the same ε left out, and each slope within 0.15 of the exhaustive one
+  # (the spread of a max over 8 sampled rows per head against all 128).
+  fig4 = [claims.assess(claims.BY_ID["fig4-inverse-t"], claims.summarize("gradient", res[k]))
+          for k in ("sampled", "exhaustive")]
+  slopes = [dict((e, float(v)) for e, v in re.findall(r"ε = ([^:]+): (-?[0-9.]+)",
+                                                       a.default.measured)) for a in fig4]
+  left_out = [re.findall(r"(?:^|; )ε = ([^:;]+): a 1/T trend", a.default.vacuous or "")
+              for a in fig4]
+  assert left_out[0] == left_out[1] and slopes[0].keys() == slopes[1].keys() and slopes[0]
+  for e in slopes[0]:
+    assert abs(slopes[0][e] - slopes[1][e]) <= 0.15, (e, slopes)
   for a, b in zip(res["sampled"]["per_temperature"], res["exhaustive"]["per_temperature"]):
     assert a["all_rows_n_exceed_paper"] == b["all_rows_n_exceed_paper"]

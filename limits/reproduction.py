@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from limits import claims
+from limits.claims import report_cells as rc
 
 FULL_LENGTHS = "32,64,128,256,512,1024"
 
@@ -303,35 +304,6 @@ def row(a: claims.Assessment, out: Optional[Path] = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # report.md
 
-def _cell(text: str, limit: int = 220) -> str:
-  text = " ".join(str(text).split()).replace("|", "\\|")
-  return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _verdict_cell(r: Mapping[str, Any]) -> str:
-  v = f"**{r['verdict']}**"
-  if r["verdict"] not in (claims.HOLDS, claims.FAILS) and r["label"]:
-    v += f": {r['label']}"
-  if r["derived_from"]:
-    v += f" (derived from {', '.join(r['derived_from'])}; not counted)"
-  return _cell(v, 400)
-
-
-def _robust_cell(r: Mapping[str, Any]) -> str:
-  if r["verdict"] not in (claims.HOLDS, claims.FAILS):
-    return "—"
-  return _cell(r["label"], 300)
-
-
-def _measured_cell(r: Mapping[str, Any]) -> str:
-  m = r["measured"] or (r["reason"] if r["verdict"] != claims.NOT_RUN else "")
-  if r["sample"]:
-    m += f" [{r['sample']}]"
-  if r.get("vacuous"):
-    m += f" (not counted, decided by mathematics: {r['vacuous']})"
-  return _cell(m, 600)
-
-
 MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct (GGUF, Q4_1 weights)",
                "tiny": "the embedded 4-layer model"}
 
@@ -392,9 +364,10 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
     out = []
     for i, r in enumerate((r for r in rows if r["kind"] == kind), 1):
       fig = f"[{Path(r['figure']).name}]({r['figure']})" if r["figure"] else "—"
-      out.append(f"| {i} | `{r['id']}` | {_cell(r['where'])} | {_cell(r['words'])} | "
-                 f"{_cell(r['criterion'])} | {_measured_cell(r)} | {_verdict_cell(r)} | "
-                 f"{_robust_cell(r)} | {r.get('evidence', claims.EMPIRICAL)} | {fig} |")
+      out.append(f"| {i} | `{r['id']}` | {rc.cell(r['where'])} | {rc.cell(r['words'])} | "
+                 f"{rc.cell(r['criterion'])} | {rc.measured_cell(r)} | "
+                 f"{rc.verdict_cell(r)} | "
+                 f"{rc.robust_cell(r)} | {r.get('evidence', claims.EMPIRICAL)} | {fig} |")
     return out
 
   lines += table(claims.PAPER)
@@ -410,10 +383,11 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
       lines.append(f"- `{r['id']}`:")
       for x in r["readings"]:
         lines.append(f"  - {x['reading']}: **{x['verdict']}**"
-                     + (f", {_cell(x['measured'], 200)}" if x["measured"] else "")
-                     + (f" ({_cell(x['reason'], 200)})" if x["reason"] else "")
-                     + (f"; not counted: {_cell(x['vacuous'], 300)}" if x.get("vacuous") else "")
-                     + (f" — excluded for this claim: {_cell(x['excluded'], 300)}"
+                     + (f", {rc.cell(x['measured'], 200)}" if x["measured"] else "")
+                     + (f" ({rc.cell(x['reason'], 200)})" if x["reason"] else "")
+                     + (f"; not counted: {rc.cell(x['vacuous'], 300)}"
+                        if x.get("vacuous") else "")
+                     + (f" — excluded for this claim: {rc.cell(x['excluded'], 300)}"
                         if x.get("excluded") else ""))
   lines += ["", "## Ambiguity options (the first named is the default)", ""]
   lines += [f"- {k}: {v}" for k, v in claims.AMBIGUITIES.items()]

@@ -92,10 +92,7 @@ def test_index_naming_an_absolute_path_is_refused(tmp_path, saved):
 
 
 def _symlink(link, target):
-  try:
-    os.symlink(target, link)
-  except OSError:
-    pytest.skip("this file system has no symlinks")
+  os.symlink(target, link)  # the suite runs on Linux file systems; a failure here is a failure
 
 
 @pytest.mark.parametrize("loader", sorted(LOADERS))

@@ -193,8 +193,9 @@ def run(config: DistanceConfig):
   """
   import numpy as np
 
-  from limits import distance_model, records, sources
+  from limits import distance_model, records, sources, stats
   from limits import results as res
+  from limits.distance_fast import PRINTED
 
   mode = config.mode
   model = sources.load_model(config.model)
@@ -233,6 +234,12 @@ def run(config: DistanceConfig):
                     "critical_n": state.get("critical"), "ks": state.get("ks")})
     if state.get("critical_scan") is not None:
       results["critical_scan"] = state["critical_scan"]
+    # Sliding-window layers (Gemma 3): head means per (L, N) of local and global layers apart.
+    keys = [k for k in distance_model.FIELDS + PRINTED if per_head_rows and k in per_head_rows[0]]
+    split = stats.by_layer_kind(per_head_rows, model.info().get("layer_windows"), keys,
+                                by=("L", "N"))
+    if split is not None:
+      results["by_layer_kind"] = split
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 
   if mode in ("vary_length", "vary_n"):

@@ -170,3 +170,31 @@ def test_negative_window_refused():
 
   with pytest.raises(LimitsError, match="sliding window -3"):
     distance.layer_stats(np.zeros((1, 1, 4, 4)), np.zeros((1, 4, 2)), [1], window=-3)
+
+
+def test_model_evaluator_passes_each_layer_window():
+  """A tiny random Gemma 3 (local, local, global; W = 8 at L = 32) through ModelEvaluator
+  (the path of every distance step): each local layer equals the NumPy reference on rows cut
+  to W, the global layer the reference on whole prefixes; the critical-N cache (host sort with
+  the window) gives the same KS p-values as the uncached path."""
+  from limits import models
+  from limits.models.gemma3.config import Config
+
+  config = Config(n_layer=3, n_head=2, n_kv_head=1, n_embd=16, head_dim=4, d_mlp=32,
+                  n_positions=64, vocab_size=50, sliding_window=W, query_pre_attn_scalar=4.0,
+                  layer_types=("sliding_attention", "sliding_attention", "full_attention"))
+  with jax.enable_x64(True):
+    params = models.init_params(jax.random.key(0), config, jnp.float64)
+    tokens = np.random.default_rng(0).integers(0, 50, size=(1, L))
+    ev = distance.ModelEvaluator(params, config)
+    st = ev.head_stats(tokens, NS)  # (n_layer·H, K)
+    for layer, rec in models.iter_layers(params, jnp.asarray(tokens), config):
+      window = W if layer < 2 else 0
+      assert int(rec.window) == window
+      ref, count = _layer_reference(np.asarray(rec.weights), np.asarray(rec.v), NS, window)
+      rows = slice(2 * layer, 2 * layer + 2)
+      np.testing.assert_array_equal(st.count[rows], count)
+      for f in ("d_sum", "expected", "dmax_sum"):
+        np.testing.assert_allclose(getattr(st, f)[rows], ref[f], rtol=1e-8, err_msg=f)
+    cached = ev.ks_pvalues(tokens, [2, 6], cache=ev._build_cache(tokens))
+    np.testing.assert_allclose(cached, ev.ks_pvalues(tokens, [2, 6]), rtol=1e-6)

@@ -267,3 +267,54 @@ def test_critical_n_contract(method):
 
 def test_critical_n_default_method_is_bisect():
   assert stats.critical_n(lambda ns: [0.5] * len(ns), 1, 50).method == "bisect"
+
+
+def test_critical_n_bisect_probes_evenly_and_narrows_to_the_bracket():
+  """The batch-ary search on [1, 9] (lo = 0, hi = 10) with batch 4 probes the four points that
+  cut (0, 10) into five equal parts, 2, 4, 6, 8; with the crossing at 5, 6 and 8 pass and 4
+  rejects, so the bracket becomes (4, 6) and the only point left is 5 (derived by hand)."""
+  calls = []
+
+  def p(ns):
+    calls.append(list(ns))
+    return [0.5 if n >= 5 else 0.001 for n in ns]
+
+  r = stats.critical_n(p, 1, 9, alpha=0.01, method="bisect", batch=4)
+  assert calls == [[2, 4, 6, 8], [5]] and r.n == 5
+  # Crossing at 3: 2 rejects, 4 passes -> bracket (2, 4) -> probe 3.
+  calls.clear()
+  p3 = lambda ns: (calls.append(list(ns)), [0.5 if n >= 3 else 0.001 for n in ns])[1]
+  assert stats.critical_n(p3, 1, 9, method="bisect", batch=4).n == 3
+  assert calls == [[2, 4, 6, 8], [3]]
+
+
+@pytest.mark.parametrize("method", ["scan", "bisect"])
+def test_critical_n_never_probes_above_n_max(method):
+  """p passes only above the range (N >= 10 on [5, 9]): nothing passes inside, so the answer is
+  None, the method is recorded, and no N outside [5, 9] is ever handed to the p-value function."""
+  probed = []
+
+  def p(ns):
+    probed.extend(ns)
+    return [0.5 if n >= 10 else 0.001 for n in ns]
+
+  r = stats.critical_n(p, 5, 9, alpha=0.01, method=method, batch=8)
+  assert r.n is None and r.method == method and r.as_dict()["method"] == method
+  assert set(probed) <= {5, 6, 7, 8, 9} and 9 in probed
+  assert (r.decisions_monotone, r.pvalues_monotone) == (True, True)
+
+
+def test_critical_n_as_dict_keys_and_values():
+  r = stats.critical_n(lambda ns: [0.5 if n >= 2 else 0.001 for n in ns], 1, 3, alpha=0.05,
+                       method="scan", batch=3)
+  assert r.as_dict() == {"critical_n": 2, "alpha": 0.05, "method": "scan",
+                         "evaluated": {1: 0.001, 2: 0.5, 3: 0.5},
+                         "decisions_monotone": True, "pvalues_monotone": True}
+  down = stats.critical_n(lambda ns: [0.5 if n == 1 else 0.001 for n in ns], 1, 2,
+                          method="scan", batch=2).as_dict()
+  assert (down["decisions_monotone"], down["pvalues_monotone"]) == (False, False)
+
+
+def test_critical_n_names_the_bad_method():
+  with pytest.raises(LimitsError, match=r"method='nope' is not one of \('scan', 'bisect'\)"):
+    stats.critical_n(lambda ns: [0.5] * len(ns), 1, 4, method="nope")

@@ -290,9 +290,11 @@ def test_lemma1_check_rows_lengths_and_keys():
   # Default 256 random rows (+ 2 extreme rows) per L; seeded (default seed 0), reproducible.
   d = B.lemma1_check(np.exp, 1.0, [4], a_constants=1e-3)
   assert d["checked"] == 258 * 4
-  assert d == B.lemma1_check(np.exp, 1.0, [4], a_constants=1e-3, seed=0)
-  assert d["violations"] != B.lemma1_check(np.exp, 1.0, [4], a_constants=1e-3,
-                                           seed=1)["violations"]
+  # With C2 = e^{1} (a_constants = a/2) only some random entries violate, so the count depends
+  # on the draw: equal for the default and seed 0 (twice), different for seed 1.
+  half = [B.lemma1_check(np.exp, 1.0, [4], a_constants=0.5, **kw)["violations"]
+          for kw in ({}, {}, {"seed": 0}, {"seed": 1})]
+  assert half[0] == half[1] == half[2] != half[3]
   # The random rows are spread over [-a, a]: with a band of half-width 2e-3 around 1 almost
   # every one of their 1024 entries is outside it (|Δ log α·L| > 2e-3 needs logits within
   # ~1e-3 of their log-mean-exp); the 8 extreme entries alone could not give more than 8.
@@ -399,3 +401,19 @@ def test_corollary1_causal_check_against_a_loop(window, scale):
       assert (ref["violations"] == 0).all() and (ref["min_margin"] > 0).all()
     else:
       assert 0 < ref["violations"].sum() < Bn * H * L
+
+
+def test_corollary1_band_masks_and_dtype():
+  """(e^{-2Δ/T}/L, e^{2Δ/T}/L) with Δ = ‖q‖·max ‖k_i‖ and L over the visible keys only: a masked
+  long key does not count, short visible keys (norm < 1) do; one visible key gives L = 1. The
+  band keeps the keys' dtype (float32 with x64 on)."""
+  T = 2.0
+  with jax.enable_x64(True):
+    q = np.array([[0.6, 0.8], [0.6, 0.8]])                          # ‖q‖ = 1
+    k = np.array([[[0.3, 0.0], [0.0, 0.4], [9.0, 0.0]]] * 2)       # norms 0.3, 0.4, 9
+    m = np.array([[True, True, False], [False, True, False]])
+    lo, up = (np.asarray(v) for v in B.corollary1_band(q, k, T, m))
+    np.testing.assert_allclose(lo, [np.exp(-0.4) / 2, np.exp(-0.4)], rtol=1e-12)
+    np.testing.assert_allclose(up, [np.exp(0.4) / 2, np.exp(0.4)], rtol=1e-12)
+    lo32, up32 = B.corollary1_band(q.astype(np.float32), k.astype(np.float32), T, m)
+    assert lo32.dtype == up32.dtype == jnp.float32

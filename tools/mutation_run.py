@@ -68,6 +68,11 @@ def prepare(work: pathlib.Path, groups: list[str]) -> None:
             f"only_mutate = {_toml_list(modules)}\n"
             'also_copy = ["tests", "experiments", "benchmarks", "docs", "requirements.txt"]\n'
             f"pytest_add_cli_args_test_selection = {_toml_list(tests)}\n"
+            # Fork each mutant's worker from a server that never ran a test: forked from the
+            # main process (mutmut's default), which ran the suite, a worker inherits JAX's
+            # thread pools and can deadlock with no CPU used until the wall timeout, which
+            # mutmut then counts as a kill.
+            'process_isolation = "forkserver"\n'
             'pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider", "-m", "not slow", '
             '"-x", "-q"]\n')
 
@@ -131,7 +136,7 @@ def main(argv=None) -> int:
     run = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.children)]
     with open(args.work / "mutmut.log", "w") as log:
       if args.sample:
-        # Generate every mutant and the test map (a pattern that names no mutant), then draw.
+        # Generate every mutant (mutmut then stops: the pattern names no mutant), then draw.
         subprocess.run(run + ["limits.no_such_module.*"], cwd=args.work, env=env, stdout=log,
                        stderr=subprocess.STDOUT)
         names = all_mutants(args.work)

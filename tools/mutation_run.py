@@ -73,8 +73,10 @@ def prepare(work: pathlib.Path, groups: list[str]) -> None:
             # thread pools and can deadlock with no CPU used until the wall timeout, which
             # mutmut then counts as a kill.
             'process_isolation = "forkserver"\n'
+            # test_docs_in_sync compares docs/claims.md with text rendered from the judges'
+            # docstrings, which mutmut's trampolines change: it fails on the unmutated copy.
             'pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider", "-m", "not slow", '
-            '"-x", "-q"]\n')
+            '"-x", "-q", "--deselect", "tests/test_claims.py::test_docs_in_sync"]\n')
 
 
 def summarise(work: pathlib.Path) -> str:

@@ -383,6 +383,7 @@ def test_lemma1_judges_report_what_they_read():
   s["lemma1"]["softplus"] = {"violations": 3, "checked": 10}
   v = C.judge_lemma1_bounded(s, {})
   assert v.status == FAILS and "softplus: C2 = nan, 3 violations" in v.measured
+  assert v.sample == "1,210 rows"                           # rows checked add up over F
 
 
 def test_fig2b_tightens_reads_the_norm_columns_under_the_norm_reading():

@@ -43,10 +43,25 @@ GROUPS = {
                 "limits/claims/criteria.py"],
                ["tests/test_claims.py", "tests/test_claims_registry.py",
                 "tests/test_vector_readings.py", "tests/test_mutation_kills.py"]),
+    # The rows group runs the in-process tests of the three modules. Left out, as they test
+    # other modules and cost minutes per mutant on 2 busy cores: tests/test_distance_fast.py
+    # (the fused layer kernels of limits/distance_fast.py, whose references these modules
+    # are), the device/sharding paths of limits/separability.py, and the CLI subprocesses
+    # (invisible to mutmut).
     "rows": (["limits/separability_rows.py", "limits/distance_rows.py",
               "limits/gradient_rows.py"],
              ["tests/test_separability.py", "tests/test_distance.py",
-              "tests/test_distance_fast.py", "tests/test_mutation_kills.py"]),
+              "tests/test_gradient_screen.py", "tests/test_gradient_robustness.py",
+              "tests/test_mutation_kills.py"]),
+}
+# group -> tests left out of its run (pytest node ids)
+DESELECT = {
+    "claims": ["tests/test_claims.py::test_docs_in_sync"],
+    "rows": ["tests/test_separability.py::test_chunked_sharded_layout_does_not_change_the_estimate",
+             "tests/test_separability.py::test_one_vs_eight_simulated_devices",
+             "tests/test_separability.py::test_device_layer_sums_equal_the_reference_path",
+             "tests/test_gradient_robustness.py::test_temperature_below_float32_range_is_an_error",
+             "tests/test_gradient_robustness.py::test_ctrl_c_keeps_finished_temperatures"],
 }
 
 
@@ -62,6 +77,7 @@ def prepare(work: pathlib.Path, groups: list[str]) -> None:
     t.extractall(work, filter="data")
   modules = sorted({m for g in groups for m in GROUPS[g][0]})
   tests = sorted({f for g in groups for f in GROUPS[g][1]})
+  deselect = [a for g in groups for node in DESELECT.get(g, []) for a in ("--deselect", node)]
   with open(work / "pyproject.toml", "a") as f:
     f.write("\n[tool.mutmut]\n"
             'source_paths = ["limits"]\n'
@@ -75,8 +91,9 @@ def prepare(work: pathlib.Path, groups: list[str]) -> None:
             'process_isolation = "forkserver"\n'
             # test_docs_in_sync compares docs/claims.md with text rendered from the judges'
             # docstrings, which mutmut's trampolines change: it fails on the unmutated copy.
-            'pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider", "-m", "not slow", '
-            '"-x", "-q", "--deselect", "tests/test_claims.py::test_docs_in_sync"]\n')
+            "pytest_add_cli_args = "
+            + _toml_list(["-n", "0", "-p", "no:cacheprovider", "-m", "not slow", "-x", "-q"]
+                         + deselect) + "\n")
 
 
 def summarise(work: pathlib.Path) -> str:

@@ -417,3 +417,33 @@ def test_corollary1_band_masks_and_dtype():
     np.testing.assert_allclose(up, [np.exp(0.4) / 2, np.exp(0.4)], rtol=1e-12)
     lo32, up32 = B.corollary1_band(q.astype(np.float32), k.astype(np.float32), T, m)
     assert lo32.dtype == up32.dtype == jnp.float32
+
+
+def test_lemma1_constants_refines_a_kinked_minimum_to_1e12():
+  """F = 1 + |x − 0.3|^1.5 on [−1, 1]: min F = 1 at 0.3 (between grid points, a kink where
+  parabolic steps help little), max F = 1 + 1.3^1.5 at −1: C2 = 1 + 1.3^1.5 to rel 1e-12 needs
+  the refinement's own tolerance (scipy's default xatol 1e-5 leaves ~1e-9)."""
+  C1, C2 = B.lemma1_constants(lambda x: 1 + np.abs(x - 0.3) ** 1.5, 1.0)
+  assert C2 == pytest.approx(1 + 1.3 ** 1.5, rel=1e-12)
+  assert C1 == pytest.approx(1 / (1 + 1.3 ** 1.5), rel=1e-12)
+
+
+def test_corollary1_causal_check_at_a_zero_band():
+  """q = 0: every band is e^0 = 1 (2Δ/T = 0) and the weights are uniform, α_i·n_t = 1 exactly
+  in log space (−log t + log t): on the boundary of both sides, which counts as inside."""
+  with jax.enable_x64(True):
+    Bn, H, L, d = 1, 1, 5, 2
+    q = jnp.zeros((Bn, H, L, d))
+    k = jnp.asarray(np.random.default_rng(0).normal(size=(Bn, H, L, d)))
+    out = B.corollary1_causal_check(jnp.zeros((Bn, H, L, L)), q, k, 1.0)
+    assert int(out["violations"].sum()) == 0 and float(out["min_margin"].min()) == 0.0
+
+
+def test_softmax_lemma2_bound_on_a_3d_batch():
+  """(B, R, L) logits: r = max − min along the key axis of each row (closed form per row)."""
+  T = 1.5
+  with jax.enable_x64(True):
+    x = np.random.default_rng(7).normal(size=(2, 3, 4))
+    r = x.max(-1) - x.min(-1)
+    np.testing.assert_allclose(np.asarray(B.softmax_lemma2_bound(x, T)),
+                               (np.exp(r / T) + np.exp(2 * r / T)) / (T * 4), rtol=1e-12)

@@ -204,3 +204,35 @@ def test_head_subsets_are_seeded_and_stated():
   assert (stats.group_representatives(4, 4, 4) == np.arange(16)).all()
   with pytest.raises(LimitsError, match="multiple"):
     stats.group_representatives(2, 9, 2)
+
+
+# --- mutants of tools/mutation_run.py's stats group (docs/mutation_survivors.md) -------------
+
+def test_scan_as_dict_keys_and_values():
+  scans = stats.ascending_scan(lambda ns: {"a": [_window_p(n) for n in ns]}, 3, 10, batch=8)
+  assert scans["a"].as_dict() == {
+      "critical_n": 5, "alpha": 0.01, "method": "ascending scan", "windows": [[5, 8]],
+      "evaluated": {n: _window_p(n) for n in range(3, 11)}, "decisions_monotone": False}
+
+
+def test_head_subsets_defaults_and_the_paper_count_boundary():
+  """Defaults: 5 seeded draws (seed 0) of 144 heads; exactly 144 heads is no subsampling."""
+  d = stats.head_subsets(300)
+  assert len(d) == 5 and all(len(x) == 144 for x in d)
+  assert all((x == y).all() for x, y in zip(d, stats.head_subsets(300, 144, 5, seed=0)))
+  assert stats.head_subsets(144) == [] and len(stats.head_subsets(145)) == 5
+
+
+def test_group_representatives_mqa_seed_and_dtype():
+  """One shared key/value head (MQA, n_kv_head = 1) is allowed: one head per layer; indices
+  are integers, seeded (default seed 0), reproducible; n_kv_head = 0 is refused."""
+  g = stats.group_representatives(3, 4, 1)
+  assert g.dtype.kind == "i" and len(g) == 3
+  assert all(g[i] // 4 == i for i in range(3))
+  a = stats.group_representatives(20, 8, 2)
+  assert a.dtype.kind == "i"
+  assert (a == stats.group_representatives(20, 8, 2, seed=0)).all()
+  assert (a == stats.group_representatives(20, 8, 2)).all()
+  assert (a != stats.group_representatives(20, 8, 2, seed=1)).any()
+  with pytest.raises(LimitsError, match="multiple"):
+    stats.group_representatives(2, 4, 0)

@@ -236,3 +236,24 @@ def test_group_representatives_mqa_seed_and_dtype():
   assert (a != stats.group_representatives(20, 8, 2, seed=1)).any()
   with pytest.raises(LimitsError, match="multiple"):
     stats.group_representatives(2, 4, 0)
+
+
+def test_fits_compute_in_float64_from_float32_records():
+  """Model records are float32: the fits must give the float64 answer for those float32
+  values (rel 1e-12), not a float32 computation (off by ~1e-7)."""
+  rng = np.random.default_rng(0)
+  x32 = rng.uniform(1, 10, size=50).astype(np.float32)
+  y32 = (3 * x32 + rng.normal(size=50)).astype(np.float32)
+  x64, y64 = x32.astype(np.float64), y32.astype(np.float64)
+  ref = scipy.stats.linregress(x64, y64)
+  f = stats.linear_fit(x32, y32)
+  assert f["slope"] == pytest.approx(ref.slope, rel=1e-12)
+  assert f["intercept"] == pytest.approx(ref.intercept, rel=1e-12)
+  assert f["r2"] == pytest.approx(ref.rvalue ** 2, rel=1e-12)
+  g = stats.fit_ratio(x32, y32)
+  assert g["ratio"] == pytest.approx(float(x64 @ y64 / (x64 @ x64)), rel=1e-12)
+  h = stats.fit_ratio(x32.tolist(), y32)      # a float32 array on either side
+  assert h["ratio"] == pytest.approx(g["ratio"], rel=1e-12)
+  want = scipy.stats.linregress(np.log10(x64), np.log10(y64)).slope
+  assert stats.loglog_slope(x32, y64) == pytest.approx(want, rel=1e-12)
+  assert stats.loglog_slope(x64, y32) == pytest.approx(want, rel=1e-12)

@@ -428,19 +428,3 @@ def test_sphere_cap_names_the_missing_grid():
   s = {"n": [1, 2, 4, 8], "max": [1.0, 0.9, 0.8, 0.7]}     # no N >= 16
   v = _safe(C.judge_sphere_cap, s)
   assert v.status == NOT_TESTABLE and "N ≥ 16 in the grid" in v.reason, v
-
-
-def test_row_stats_bounds_keep_the_weights_dtype():
-  """float32 weights and vectors with a float64 delta (x64 on): the bounds stay float32 like
-  N_s/N (delta is cast to the weights' dtype, not the weights promoted to delta's)."""
-  import jax
-
-  with jax.enable_x64(True):
-    rng = np.random.default_rng(0)
-    alpha = jnp.asarray(rng.dirichlet(np.ones(5), size=2), jnp.float32)   # (2, 5)
-    x = jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)
-    vis = jnp.ones((2, 5), bool)
-    res = row_stats(alpha, sort_desc(alpha, vis), vis, x, 2, 1.0, np.array([0.5, 0.25]))
-    assert res.frac.dtype == jnp.float32
-    for field in (res.lower, res.lower_raw, res.upper, res.upper_printed):
-      assert field.dtype == jnp.float32

@@ -257,3 +257,32 @@ def test_fits_compute_in_float64_from_float32_records():
   want = scipy.stats.linregress(np.log10(x64), np.log10(y64)).slope
   assert stats.loglog_slope(x32, y64) == pytest.approx(want, rel=1e-12)
   assert stats.loglog_slope(x64, y32) == pytest.approx(want, rel=1e-12)
+
+
+def test_ascending_scan_range_batches_and_confirm_window():
+  """Exact stopping points worked out by hand (batch 1: one N per call)."""
+  calls = []
+
+  def fn(ns):
+    calls.append(list(ns))
+    return {"a": [0.5 if n >= 5 else 0.001 for n in ns], "never": [0.0] * len(ns)}
+
+  # Pass from 5, confirm 4: the window 5..n has n − 4 values, >= 4 first at n = 8.
+  s = stats.ascending_scan(fn, 1, 40, batch=1, until_closed=("a",), confirm=4)
+  assert max(s["a"].evaluated) == 8 and s["a"].windows == [(5, 8)]
+  assert s["never"].first_pass is None and s["never"].windows == []
+  # Default batch 8 and confirm 16: pass from 9 -> closed once 8k − 9 + 1 >= 16, k = 3.
+  calls.clear()
+  late = stats.ascending_scan(lambda ns: (calls.append(list(ns)),
+                                          {"a": [0.5 if n >= 9 else 0.001 for n in ns]})[1],
+                              1, 99, until_closed=("a",))
+  assert calls == [list(range(1, 9)), list(range(9, 17)), list(range(17, 25))]
+  assert late["a"].first_pass == 9
+  # The range is [n_min, n_max] exactly, also when one batch covers it or n_min = n_max.
+  assert sorted(stats.ascending_scan(fn, 1, 5, batch=8)["a"].evaluated) == [1, 2, 3, 4, 5]
+  assert sorted(stats.ascending_scan(fn, 5, 5)["a"].evaluated) == [5]
+  # A sample named in until_closed that the function never returns: the scan runs to n_max.
+  miss = stats.ascending_scan(fn, 1, 12, batch=4, until_closed=("missing",))
+  assert max(miss["a"].evaluated) == 12
+  with pytest.raises(ValueError, match=r"returned 2 values of 'a' for 3 Ns"):
+    stats.ascending_scan(lambda ns: {"a": [0.5, 0.5]}, 1, 3, batch=3)

@@ -26,9 +26,10 @@ import sys
 
 from absl import app, flags
 
-from limits import cli, cli_flags
+from limits import cli
+from limits.cli import flags as cli_flags
 from limits import reproduction as rp
-from limits import reproduction_runner as runner
+from limits.reproduction import runner
 from limits.errors import LimitsError
 
 FLAGS = flags.FLAGS

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from absl import app, flags
 
-from limits import cli, results, sweep
+from limits import cli, sweep
+from limits.runs import results
 
 FLAGS = flags.FLAGS
 

@@ -463,7 +463,7 @@ def test_device_layer_sums_equal_the_reference_path(blocks):
   layer_sums_reference (every row sorted, whole-row cumsums) to 1e-12 relative, float64, with
   ties at the N-th place; weights not representable in float32 (the float64 recheck path) and
   rounded to float32 (the records' case). Every field, the counts included."""
-  from limits import separability_model as sm
+  from limits.separability import model as sm
 
   with jax.enable_x64(True):
     rng = np.random.default_rng(4)

@@ -60,7 +60,7 @@ def _separability_fn(static, params, keys, run_key):
   import jax
   import jax.numpy as jnp
 
-  from limits import separability_sphere as mc
+  from limits.separability import sphere as mc
 
   L, dim, S = static["length"], static["dim"], static["samples"]
   T, M, zs, ns = params["temperature"], params["M"], params["zipf_s"], params["n"]  # (b,)

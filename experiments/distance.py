@@ -34,7 +34,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from limits import cli
-from limits.cli import flags as cli_flags
+from limits.cli import shared_flags as cli_flags
 from limits.distance import task as distance_task
 
 D = distance_task.DistanceConfig()  # the defaults

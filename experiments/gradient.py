@@ -35,7 +35,7 @@ import functools
 from absl import app, flags
 
 from limits import cli
-from limits.cli import flags as cli_flags
+from limits.cli import shared_flags as cli_flags
 from limits.gradient import task as gradient
 from limits.gradient import report as gradient_report
 from limits.runs import results as results_lib

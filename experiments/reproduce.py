@@ -27,7 +27,7 @@ import sys
 from absl import app, flags
 
 from limits import cli
-from limits.cli import flags as cli_flags
+from limits.cli import shared_flags as cli_flags
 from limits import reproduction as rp
 from limits.reproduction import runner
 from limits.errors import LimitsError

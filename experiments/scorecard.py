@@ -20,7 +20,7 @@ from absl import app, flags
 
 from limits import cli
 from limits.runs import parsing
-from limits.cli import flags as cli_flags
+from limits.cli import shared_flags as cli_flags
 
 FLAGS = flags.FLAGS
 EXPERIMENT = "scorecard"

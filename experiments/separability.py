@@ -32,7 +32,7 @@ import time
 from absl import app, flags
 
 from limits import cli
-from limits.cli import flags as cli_flags
+from limits.cli import shared_flags as cli_flags
 from limits.separability import task as separability_task
 
 FLAGS = flags.FLAGS

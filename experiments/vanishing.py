@@ -28,7 +28,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from limits import cli, vanishing
-from limits.cli import flags as cli_flags
+from limits.cli import shared_flags as cli_flags
 
 D = vanishing.VanishingConfig()  # the defaults
 

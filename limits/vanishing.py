@@ -23,7 +23,7 @@ EXPERIMENT = "vanishing"
 class VanishingConfig:
   """One run's settings (the CLI's flags, same names and defaults)."""
 
-  model: str = "tiny"  # model spec (limits.cli.flags.MODEL_HELP)
+  model: str = "tiny"  # model spec (limits.cli.shared_flags.MODEL_HELP)
   text: str | None = None  # a text file instead of the corpus
   data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
   windows: int = 1  # consecutive L-token windows per L

@@ -261,7 +261,7 @@ def test_measures_catch_a_broken_tree(tmp_path):
   assert len(top_level(root)) == MAX_TOP_LEVEL + 1
 
 
-@pytest.mark.parametrize("name,expected", [("limits.cli.flags", 5), ("limits.runs.results", 0),
+@pytest.mark.parametrize("name,expected", [("limits.cli.shared_flags", 5), ("limits.runs.results", 0),
                                            ("limits.distance.kernels", 3), ("limits", 0),
                                            ("limits.models.gpt2.model", 2)])
 def test_layer_of_a_module(name, expected):

@@ -12,7 +12,7 @@
 - :func:`setup_precision` turns on float64 (``--x64``) before any array is made.
 - Validators for ``flags.register_validator`` that give one-line messages, and :func:`require`
   (``--NAME must ...``) with its shortcuts :func:`require_positive_ints` and
-  :func:`require_positive_numbers`; the flags several CLIs share are in :mod:`limits.cli.flags`.
+  :func:`require_positive_numbers`; the flags several CLIs share are in :mod:`limits.cli.shared_flags`.
 
 Exit codes: 0 success; 2 bad input, a bad flag, a missing or corrupt file, or a failed write
 (one line on stderr); 130 interrupted (Ctrl-C / SIGINT, SIGTERM).

@@ -114,10 +114,11 @@ def _max_rel(a, b) -> float:
 def distance_paths(w, v, ns):
   """(old, new) callables for one layer of Algorithms 1/2; each returns (HeadStats, means)."""
   from limits.distance import printed
+  from limits import selection
   from limits.distance import kernels as distance_fast
 
   def old():
-    st = distance_fast.layer_stats(w, v, ns, sorted_rows=distance_fast.sort_rows(w))
+    st = distance_fast.layer_stats(w, v, ns, sorted_rows=selection.sort_rows(w))
     return st, printed.layer_expectation_means(w[0], v[0], ns)
 
   def new():

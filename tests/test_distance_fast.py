@@ -150,7 +150,7 @@ def test_printed_expectations_folded_into_layer_stats(blocks):
     ref = printed.layer_expectation_means(w[0], x[0], ns)
     for key in df.PRINTED:
       np.testing.assert_allclose(means[key][0], ref[key], rtol=1e-12, err_msg=key)
-    host = df.layer_stats(w, x, ns, sorted_rows=df.sort_rows(w), blocks=blocks)
+    host = df.layer_stats(w, x, ns, sorted_rows=selection.sort_rows(w), blocks=blocks)
     for name in st._fields:
       np.testing.assert_array_equal(getattr(st, name), getattr(host, name), err_msg=name)
 

@@ -61,7 +61,7 @@ def _head_sums(weights, v, ns, M, rule, srt=None):
 def sort_rows_host(weights):
   """(…, L, L) causal rows sorted descending on the host, masked keys −inf last: the same
   array as ``sort_desc(weights, tril)``; NumPy's sort is ~20× XLA's on CPU, and the one sort
-  per row serves every N (:func:`limits.distance.kernels.sort_rows`)."""
+  per row serves every N (:func:`limits.selection.sort_rows`)."""
   return sort_rows(weights)
 
 

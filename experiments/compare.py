@@ -23,7 +23,7 @@ from absl import app, flags
 from limits import cli
 from limits.claims import compare, value_diff
 from limits.errors import LimitsError
-from limits.results import atomic_write_text
+from limits.runs.results import atomic_write_text
 
 FLAGS = flags.FLAGS
 def define_flags() -> None:
@@ -39,7 +39,6 @@ def define_flags() -> None:
                            message="--width must be an integer >= 20")
 
 
-@cli.guard
 def main(argv):
   del argv
   if not FLAGS.run:
@@ -64,4 +63,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(cli.guard(main))

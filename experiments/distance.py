@@ -26,14 +26,16 @@ measurements; the claims the run decides are printed from ``limits.claims``. Res
       --out_dir=results/distance/vary_length
 """
 
-# A thin CLI over limits.distance_task: flags -> DistanceConfig -> distance_task.run (the
+# A thin CLI over limits.distance.task: flags -> DistanceConfig -> distance_task.run (the
 # computation lives in limits/distance*.py).
 
 from __future__ import annotations
 
 from absl import app, flags
 
-from limits import cli, cli_flags, distance_task
+from limits import cli
+from limits.cli import shared_flags as cli_flags
+from limits.distance import task as distance_task
 
 D = distance_task.DistanceConfig()  # the defaults
 

@@ -15,7 +15,7 @@ For each temperature T the normalizer is applied to l / T (raw-logit scale, AMBI
 
 Synthetic source: ``--rows`` rows of length ``--length``, entries i.i.d. N(0, σ²) with
 σ = ``--logit_scale`` (default 8 = √64, the scale on which GPT-2's own T is 8), all visible.
-Model source: ``limits.sources.model_logit_rows`` (raw q·k of every layer, head and query with
+Model source: ``limits.records.sources.model_logit_rows`` (raw q·k of every layer, head and query with
 the causal mask); exact Jacobians on a random subsample of ``--rows`` rows.
 
 Writes results.json, gradient.csv (one line per T), rows.csv (one line per T and exact row, with
@@ -25,7 +25,7 @@ the violation flags) and gradient.png (Figure 4 style).
   python -m experiments.gradient --source=model --model=tiny --length=128
 """
 
-# A thin CLI over limits.gradient: flags -> GradientConfig -> gradient.plan/run ->
+# A thin CLI over limits.gradient.task: flags -> GradientConfig -> gradient.plan/run ->
 # gradient_report.write_outputs (the computation lives in limits/gradient*.py).
 
 from __future__ import annotations
@@ -34,8 +34,11 @@ import functools
 
 from absl import app, flags
 
-from limits import cli, cli_flags, gradient, gradient_report
-from limits import results as results_lib
+from limits import cli
+from limits.cli import shared_flags as cli_flags
+from limits.gradient import task as gradient
+from limits.gradient import report as gradient_report
+from limits.runs import results as results_lib
 
 FLAGS = flags.FLAGS
 D = gradient.GradientConfig()  # the defaults

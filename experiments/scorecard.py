@@ -18,7 +18,9 @@ import time
 
 from absl import app, flags
 
-from limits import cli, cli_flags
+from limits import cli
+from limits.runs import parsing
+from limits.cli import shared_flags as cli_flags
 
 FLAGS = flags.FLAGS
 EXPERIMENT = "scorecard"
@@ -63,7 +65,7 @@ def define_flags() -> None:
 def _config():
   from limits import scorecard as sc
 
-  ints = lambda name: tuple(cli.parse_ints(FLAGS[name].value, name)) if FLAGS[name].value else ()
+  ints = lambda name: tuple(parsing.parse_ints(FLAGS[name].value, name)) if FLAGS[name].value else ()
   return sc.Config(
       model=FLAGS.model, candidates=sc.parse_candidates(FLAGS.candidates), length=FLAGS.length,
       eval_windows=FLAGS.eval_windows, calib_windows=FLAGS.calib_windows,
@@ -76,9 +78,9 @@ def _config():
 
 def main(argv):
   del argv
-  from limits import results as res
+  from limits.runs import results as res
   from limits import scorecard as sc
-  from limits import sources
+  from limits.records import sources
 
   t0 = time.perf_counter()
   cfg = _config()  # bad values fail here, before any loading

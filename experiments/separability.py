@@ -22,7 +22,7 @@ written as they finish, so an interrupted run keeps them.
       --out_dir=results/separability/tiny
 """
 
-# A thin CLI over limits.separability_task: flags -> SeparabilityConfig -> separability_task.grid
+# A thin CLI over limits.separability.task: flags -> SeparabilityConfig -> separability_task.grid
 # and run (the computation lives in limits/separability*.py).
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import time
 
 from absl import app, flags
 
-from limits import cli, cli_flags, separability_task
+from limits import cli
+from limits.cli import shared_flags as cli_flags
+from limits.separability import task as separability_task
 
 FLAGS = flags.FLAGS
 D = separability_task.SeparabilityConfig()  # the defaults
@@ -78,7 +80,7 @@ def main(argv):
   config = cli_flags.config_from_flags(separability_task.SeparabilityConfig)
   ns = separability_task.grid(config)             # validate before JAX starts (fast errors)
   cli.setup_precision(config.x64)
-  from limits import results as res
+  from limits.runs import results as res
 
   out_dir = res.prepare_out_dir(config.out_dir, separability_task.EXPERIMENT)
   t0 = time.perf_counter()

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from limits import cli, cli_flags, training
+from limits import cli, training
+from limits.cli import shared_flags as cli_flags
 
 FLAGS = flags.FLAGS
 D = training.TrainConfig()  # the defaults

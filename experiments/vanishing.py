@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from limits import cli, cli_flags, vanishing
+from limits import cli, vanishing
+from limits.cli import shared_flags as cli_flags
 
 D = vanishing.VanishingConfig()  # the defaults
 

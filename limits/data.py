@@ -49,7 +49,7 @@ from typing import Sequence
 import numpy as np
 
 from limits.errors import LimitsError, check
-from limits.results import atomic_write_text
+from limits.runs.results import atomic_write_text
 
 WAR_AND_PEACE = "war_and_peace"
 FILENAME = "war_and_peace.txt"

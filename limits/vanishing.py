@@ -23,7 +23,7 @@ EXPERIMENT = "vanishing"
 class VanishingConfig:
   """One run's settings (the CLI's flags, same names and defaults)."""
 
-  model: str = "tiny"  # model spec (limits.cli_flags.MODEL_HELP)
+  model: str = "tiny"  # model spec (limits.cli.shared_flags.MODEL_HELP)
   text: str | None = None  # a text file instead of the corpus
   data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
   windows: int = 1  # consecutive L-token windows per L
@@ -114,12 +114,15 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds, cli, interrupts, records, sources
-  from limits import results as res
-  from limits.progress import Progress
+  from limits import bounds, records
+  from limits.runs import parsing
+  from limits.runs import interrupts
+  from limits.records import sources
+  from limits.runs import results as res
+  from limits.runs.progress import Progress
 
   model = sources.load_model(config.model)
-  lengths = cli.parse_lengths(config.lengths, model.config.n_positions, model.name)
+  lengths = parsing.parse_lengths(config.lengths, model.config.n_positions, model.name)
   # The corpus first: a missing corpus fails before the output folder is created.
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
                                            data_dir=config.data_dir) for L in lengths}

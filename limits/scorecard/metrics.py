@@ -42,9 +42,9 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   heads), and Algorithm 3's critical N over [1, L−1] (KS on per-head d̄ vs Ē at level alpha,
   batch bisection; ``stats.critical_n``).
   """
-  from limits import distance, stats
+  from limits import distance, selection, stats
 
-  srt = [distance.sort_rows(w) for w, _ in layers]
+  srt = [selection.sort_rows(w) for w, _ in layers]
 
   def head_means(ns):
     padded = list(ns) + [ns[-1]] * (batch - len(ns))

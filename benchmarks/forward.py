@@ -35,7 +35,7 @@ import time
 from absl import app, flags
 
 from limits import cli
-from limits.runs import parsing
+from limits.runs import options, parsing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "gpt2_124m", ["gpt2_124m", "smollm2"], "Which weights to compare.")
@@ -44,7 +44,7 @@ flags.DEFINE_integer("pairs", 5, "Alternating timed rounds per L (median ratio r
 flags.DEFINE_integer("seed", 0, "Seed for the random weights and tokens.")
 flags.DEFINE_string("impls", "hf,ours,ours_stream", "Which implementations to run.")
 flags.DEFINE_string("out", "", "Optional path of a JSON file for the results.")
-flags.register_validator("pairs", cli.positive, "--pairs must be positive")
+flags.register_validator("pairs", options.positive, "--pairs must be positive")
 
 IMPLS = ("hf", "ours", "ours_stream")
 

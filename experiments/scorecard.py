@@ -19,7 +19,7 @@ import time
 from absl import app, flags
 
 from limits import cli
-from limits.runs import parsing
+from limits.runs import options, parsing
 from limits.cli import shared_flags as cli_flags
 
 FLAGS = flags.FLAGS
@@ -57,7 +57,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("timing_rounds", 3, "Interleaved rounds for the forward-time cost.")
   cli.require_positive_ints("length", "eval_windows", "calib_windows", "calib_grid", "jac_rows",
                             "layer_stride", "timing_rounds")
-  cli.require("calib_iters", cli.nonnegative, "be >= 0")
+  cli.require("calib_iters", options.nonnegative, "be >= 0")
   cli.require_positive_numbers("calib_lo", "calib_hi", "epsilon")
 
 

@@ -36,43 +36,11 @@ from limits.cli import shared_flags as cli_flags
 from limits.separability import task as separability_task
 
 FLAGS = flags.FLAGS
-D = separability_task.SeparabilityConfig()  # the defaults
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  flags.DEFINE_enum("source", D.source, ["sphere", "model"], "Where weights and vectors come from.")
-  flags.DEFINE_string("n_values", D.n_values, "Comma-separated top-N grid.")
-  flags.DEFINE_integer("length", D.length, "Sequence length L.")
-  flags.DEFINE_float("radius", D.radius, "Sphere radius M (AMBIG-10).")
-  flags.DEFINE_integer("dim", D.dim, "Sphere source: dimension d (64 = GPT-2 d_head).")
-  flags.DEFINE_integer("samples", D.samples, "Sphere source: Monte Carlo samples per N.")
-  flags.DEFINE_enum("alpha_kind", D.alpha_kind, ["uniform", "zipf", "softmax"],
-                    "Sphere source: synthetic weights (softmax of Gaussian logits / "
-                    "--alpha_temperature, Zipf i^-zipf_s, or uniform 1/L).")
-  flags.DEFINE_float("alpha_temperature", D.alpha_temperature,
-                     "Sphere source: temperature of the softmax kind.")
-  flags.DEFINE_float("zipf_s", D.zipf_s, "Sphere source: exponent of the Zipf kind.")
-  flags.DEFINE_integer("heads", D.heads,
-                       "Sphere source: independent synthetic weight rows ('heads').")
-  flags.DEFINE_integer("chunk", D.chunk, "Sphere source: Monte Carlo samples per jitted batch.")
-  cli_flags.define_corpus_flags(
-      D, model="For --source=model: " + cli_flags.MODEL_HELP,
-      windows="Model source: number of L-token corpus windows.",
-      text="Model source: a text file to use instead of the corpus.",
-      data_dir="Model source: folder with war_and_peace.txt (else $LIMITS_DATA_DIR).")
-  flags.DEFINE_enum("vectors", D.vectors, ["value", "key", "hidden"], "Model source: vectors x_i "
-                    "(AMBIG-7), projected onto the sphere.")
-  flags.DEFINE_enum("rule", D.rule, ["strict", "literal"], "Counting rule (AMBIG-10).")
-  cli_flags.define_run_flags(
-      D, separability_task.EXPERIMENT, seed="Random seed.", plot="Write figure3.png.",
-      x64="Use float64 (default: float32 rounding biases N_s/N down, e.g. 0.413 vs 0.471 for one "
-      "head at L = 512, N = 128).")
-  flags.DEFINE_integer("devices", D.devices,
-                       "Shard the Monte Carlo sample axis over this many devices.")
-
-  cli.require_positive_ints("length", "dim", "samples", "heads", "chunk", "devices")
-  cli.require_positive_numbers("radius", "alpha_temperature", "zipf_s")
+  cli_flags.define_config_flags(separability_task.SeparabilityConfig)
 
 
 def main(argv):

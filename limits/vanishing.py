@@ -16,23 +16,29 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from limits.runs import options
+
 EXPERIMENT = "vanishing"
 # The settings recorded in results.json "config" (out_dir and plot change no result).
 
 @dataclasses.dataclass(frozen=True)
 class VanishingConfig:
-  """One run's settings (the CLI's flags, same names and defaults)."""
+  """One run's settings; each field declares its CLI flag (``limits.runs.options``)."""
 
-  model: str = "tiny"  # model spec (limits.cli.shared_flags.MODEL_HELP)
-  text: str | None = None  # a text file instead of the corpus
-  data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
-  windows: int = 1  # consecutive L-token windows per L
-  lengths: str = ""  # comma-separated L; "" = 32, 64, ..., min(1024, context)
-  seed: int = 0  # recorded; the computation is deterministic
-  x64: bool = True  # float64 check
-  out_dir: str | None = None  # run directory (default results/vanishing/<time>)
-  plot: bool = True  # write vanishing.png
-  lemma1_a: float = 4.0  # logit bound a of the synthetic Lemma 1 check
+  model: str = options.model()
+  text: str | None = options.text()
+  data_dir: str | None = options.data_dir()
+  windows: int = options.windows()
+  lengths: str = options.option("", "Comma-separated L values; default 32,64,...,min(1024, "
+                                "context).")
+  seed: int = options.seed()
+  x64: bool = options.x64("Compute the check in float64 (default; --nox64 for float32).")
+  out_dir: str | None = options.out_dir("vanishing")
+  plot: bool = options.plot("Write vanishing.png.")
+  lemma1_a: float = options.option(4.0, "Logit bound a of the synthetic Lemma 1 check (logits "
+                                   "uniform on [-a, a], F = exp and softplus, the run's "
+                                   "lengths).", check=(lambda v: v is not None and 0 <= v <= 300,
+                                                       "be in [0, 300] (e^{2a} must stay finite)"))
 
 
 def lemma1_synthetic(a: float, lengths, seed: int) -> dict:

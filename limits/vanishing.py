@@ -8,7 +8,8 @@ e^{−2Δ/T} ≤ α_i·t ≤ e^{2Δ/T}, Δ = ‖q_t‖ · max_{i≤t} ‖k_i‖ 
 gives max α·L and min α·L. Lemma 1 itself is checked on synthetic bounded logits
 (``limits.bounds.lemma1_check``). :func:`run` writes ``per_head.csv``, ``summary.csv``,
 ``vanishing.png`` and ``results.json`` with the measurements the claims read (no verdicts:
-``limits.claims`` judges them, docs/claims.md), rewritten after every L.
+``limits.claims`` judges them, docs/claims.md), rewritten after every L; an interrupted run
+continues from its last finished L (:mod:`limits.runs.resume`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 :func:`run` loads the model and the corpus windows, evaluates every head
 (:class:`limits.distance.model.ModelEvaluator`) and writes ``per_head.csv``, ``summary.csv``,
 ``critical_n.csv``, ``fig2_<mode>.png`` and ``results.json`` (rewritten after every L, so an
-interrupted run keeps what finished). The modes, vector readings (AMBIG-7) and query handling
+interrupted run keeps what finished, and the same command continues from there:
+:mod:`limits.runs.resume`, units per L, for critical_n per L of the search and of the scan). The modes, vector readings (AMBIG-7) and query handling
 (AMBIG-8) are those of docs/ambiguities.md; the claims judged are in docs/claims.md.
 
 - ``vary_length`` (Alg. 1, Fig. 2a): N = 5, L over ``lengths``.

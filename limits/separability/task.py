@@ -4,7 +4,8 @@
 defaults); :func:`grid` validates the N grid (before JAX starts) and :func:`run` computes and
 writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
 ``results.json`` with the measurements the claims read (``limits.claims`` judges them). Per-N (sphere) or per-layer
-(model) results are written as they finish, so an interrupted run keeps them.
+(model) results are written as they finish, so an interrupted run keeps them; the same command
+continues from the last finished N (sphere) or window (model) (:mod:`limits.runs.resume`).
 
 - ``source="sphere"``: ``heads`` synthetic weight rows over L tokens with fresh points uniform
   on S^{dim-1}(M) for each of ``samples`` Monte Carlo samples

@@ -87,6 +87,12 @@ def test_units_are_restored_only_for_the_same_experiment_config_and_unit(tmp_pat
   assert "partial" not in final.block(final=True) and "partial" in final.block()
   res_lib.write_results(tmp_path, "exp", config, {resume.BLOCK: final.block(final=True)})
   assert resume.Units.open(tmp_path, "exp", config, "L").get("L=16") is None  # complete run
+  broken = resume.Units("L")
+  broken.add("L=16", {"v": np.float32(0.25)})
+  block = broken.block()
+  block["partial"]["L=16"]["v"]["__npscalar__"][0] = "not a dtype"  # hand-edited
+  res_lib.write_results(tmp_path, "exp", config, {resume.BLOCK: block})
+  assert resume.Units.open(tmp_path, "exp", config, "L").get("L=16") is None
   (tmp_path / "results.json").write_text("{truncated")
   assert resume.Units.open(tmp_path, "exp", config, "L").get("L=16") is None
 

@@ -138,8 +138,10 @@ class Units:
       if (old.get("experiment") == experiment and old.get("config") == _normal(config)
           and block.get("unit") == unit and isinstance(block.get("partial"), dict)):
         restored = block["partial"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-      pass
+        for payload in restored.values():  # every payload must decode (a hand-edited file)
+          decode(payload)
+    except Exception:  # no file, another run, an unreadable or hand-edited block: compute all
+      restored = {}
     units = cls(unit, restored)
     if restored and announce:
       print(f"resume: {len(restored)} finished {unit} unit(s) of the interrupted run in "

@@ -31,7 +31,7 @@ from tests.cli_helpers import REPO, interruptible, run_experiment, start_experim
 # ------------------------------------------------------------------------ the mechanism
 
 _PRELUDE = ("import gc, os, signal, sys\n"
-            "from limits import interrupts\n")
+            "from limits.runs import interrupts\n")
 
 
 def _python(code: str, timeout: int = 60):

@@ -151,7 +151,7 @@ class Config:
       raise LimitsError(f"{source}: expected a JSON object, got {type(hf).__name__}")
     check_types(hf, source, integers=_INTEGERS, numbers=_NUMBERS, booleans=_BOOLEANS)
     model_type = hf.get("model_type")
-    if model_type not in ADAPTERS:
+    if not isinstance(model_type, str) or model_type not in ADAPTERS:
       raise LimitsError(f"{source}: model_type={model_type!r} is not a Llama-family model "
                         f"({', '.join(MODEL_TYPES)})")
     adapter = ADAPTERS[model_type]
@@ -166,7 +166,8 @@ class Config:
     defaults = adapter.defaults
     get = lambda k: hf[k] if hf.get(k) is not None else defaults[k]
     n_layer, n_head = get("num_hidden_layers"), get("num_attention_heads")
-    n_kv = get("num_key_value_heads") or n_head
+    n_kv = get("num_key_value_heads")
+    n_kv = n_head if n_kv is None else n_kv  # LlamaConfig: None = multi-head
     n_positions = get("max_position_embeddings")
     theta, scaling = rope.rope_settings(hf, source, default=defaults["rope_theta"],
                                         n_positions=n_positions)
@@ -231,8 +232,9 @@ def _windows(hf: Mapping[str, Any], adapter: Adapter, model_type: str, n_layer: 
   """(sliding_window, layer_types) as HF builds them for this model type (None, None: every
   layer global)."""
   if adapter.windows is None:
+    types = hf.get("layer_types")
     if hf.get("sliding_window") is not None or (
-        hf.get("layer_types") is not None and set(hf["layer_types"]) != {FULL}):
+        types is not None and (not isinstance(types, list) or any(t != FULL for t in types))):
       raise LimitsError(f"{source}: sliding windows (sliding_window, layer_types) are not "
                         f"supported for model_type {model_type!r}; use mistral, qwen2 or qwen3")
     return None, None

@@ -193,6 +193,11 @@ def _family_config(loc: Location):
   return config, family
 
 
+# Tensors of a multimodal Gemma 3 checkpoint (model_type gemma3 with text_config) outside its
+# language model, after the ``model.`` prefix is stripped.
+_IMAGE_ENCODER = ("vision_tower.", "multi_modal_projector.")
+
+
 def _load_hf_dir(loc: Location, dtype):
   from limits.models.checks import check_layer_count
 
@@ -214,6 +219,8 @@ def _load_hf_dir(loc: Location, dtype):
     name = key
     if name.endswith("rotary_emb.inv_freq"):
       continue  # a buffer older checkpoints stored; recomputed from rope_theta
+    if loc.family == "gemma3" and name.startswith(_IMAGE_ENCODER):
+      continue  # Gemma3ForConditionalGeneration's image encoder: text never reaches it
     if name == "lm_head.weight" and config.tie_word_embeddings:
       continue  # tied: HF ignores a stored copy too
     flat[name] = value

@@ -22,6 +22,10 @@ import transformers
 
 from limits import models
 from limits.errors import LimitsError
+from tests.hf_reference import assert_logits_and_weights_match
+from tests.hf_reference import hf_forward as _hf
+from tests.hf_reference import max_diff as _max_diff
+from tests.hf_reference import random_tokens as _tokens
 
 TOL = 1e-4
 W = 8  # sliding window of the random configs; sequences are L = 29 > W
@@ -45,19 +49,6 @@ def _hf_model(tmp_path, seed=0, **kw):
   path = tmp_path / f"gemma3_{seed}"
   model.save_pretrained(path, safe_serialization=True)
   return model, path
-
-
-def _tokens(vocab, shape, seed=0):
-  return np.random.default_rng(seed).integers(0, vocab, size=shape).astype(np.int32)
-
-
-def _hf(model, tokens):
-  with torch.no_grad():
-    return model(torch.tensor(np.asarray(tokens), dtype=torch.long), output_attentions=True)
-
-
-def _max_diff(a, b):
-  return float(np.abs(np.asarray(a) - np.asarray(b)).max())
 
 
 CONFIGS = {
@@ -212,12 +203,7 @@ def test_multimodal_gemma3_directory_loads_its_language_model(tmp_path):
   tokens = _tokens(290, (1, 29), seed=3)  # text tokens only (no image/boi/eoi ids)
   ref = _hf(hf, tokens)
   out = models.forward(params, tokens, config)
-  ref_logits = ref.logits.numpy()
-  np.testing.assert_allclose(np.asarray(out.logits), ref_logits, rtol=0,
-                             atol=TOL * float(np.abs(ref_logits).max()))
-  for n in range(config.n_layer):
-    np.testing.assert_allclose(np.asarray(out.attn.weights[n]), ref.attentions[n].numpy(),
-                               atol=TOL, err_msg=f"layer {n}")
+  assert_logits_and_weights_match(out, ref, config.n_layer, TOL)
   # Only the image encoder is skipped: any other stray tensor is refused.
   from safetensors.numpy import load_file, save_file
 

@@ -27,6 +27,10 @@ import transformers
 from limits import models
 from limits.errors import LimitsError
 from limits.models.llama.config import Config
+from tests.hf_reference import assert_logits_and_weights_match
+from tests.hf_reference import hf_forward as _hf
+from tests.hf_reference import max_diff as _max_diff
+from tests.hf_reference import random_tokens as _tokens
 
 TOL = 1e-4
 L = 40  # > every window below and > the llama3 L₀ = 32
@@ -61,19 +65,6 @@ def _hf_model(tmp_path, model_type, seed=0, qk_scale=6.0, **kw):
   return model, path
 
 
-def _tokens(vocab, shape, seed=0):
-  return np.random.default_rng(seed).integers(0, vocab, size=shape).astype(np.int32)
-
-
-def _hf(model, tokens):
-  with torch.no_grad():
-    return model(torch.tensor(np.asarray(tokens), dtype=torch.long), output_attentions=True)
-
-
-def _max_diff(a, b):
-  return float(np.abs(np.asarray(a) - np.asarray(b)).max())
-
-
 CASES = {
     "mistral_window5": ("mistral", dict(sliding_window=5)),
     "mistral_no_window_mqa": ("mistral", dict(sliding_window=None, num_key_value_heads=1)),
@@ -103,14 +94,10 @@ def test_logits_and_every_layer_attention_match_hf(tmp_path, case):
   tokens = _tokens(config.vocab_size, (2, L))
   ref = _hf(hf, tokens)
   out = models.forward(params, tokens, config)
-  ref_logits = ref.logits.numpy()
-  np.testing.assert_allclose(np.asarray(out.logits), ref_logits, rtol=0,
-                             atol=TOL * float(np.abs(ref_logits).max()), err_msg="logits")
-  assert len(ref.attentions) == config.n_layer
+  assert_logits_and_weights_match(out, ref, config.n_layer, TOL)
   i, j = np.arange(L)[:, None], np.arange(L)[None, :]
   for n in range(config.n_layer):
     w = np.asarray(out.attn.weights[n])
-    np.testing.assert_allclose(w, ref.attentions[n].numpy(), atol=TOL, err_msg=f"layer {n}")
     # The window HF applies to this layer (None = global), from HF's own config.
     types = getattr(hf.config, "layer_types", None)
     hf_window = hf.config.sliding_window if (

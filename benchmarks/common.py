@@ -58,3 +58,27 @@ def load_model(spec: str, seed: int = 0):
   from limits import models
 
   return models.load(spec)
+
+
+def module_at(rev: str, path: str, name: str):
+  """The module at ``path`` (relative to the repository root) as it was at git revision
+  ``rev``, loaded under ``name`` beside the current one (it must import only modules that
+  still exist). Exits with one line if git cannot show it."""
+  import importlib.util
+  import subprocess
+  import sys
+  import tempfile
+  from pathlib import Path
+
+  root = Path(__file__).resolve().parents[1]
+  try:
+    src = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, check=True,
+                         capture_output=True, text=True).stdout
+  except (OSError, subprocess.CalledProcessError) as e:
+    sys.exit(f"error: cannot read {path} at --ref={rev!r} ({e})")
+  file = Path(tempfile.mkdtemp()) / f"{name}.py"
+  file.write_text(src)
+  spec = importlib.util.spec_from_file_location(name, file)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod

@@ -10,6 +10,12 @@ query block is two (R, C)·(C, d) products through the Gram identities:
 
   s_N = A_N X (R, d),  c_N = s_N Xᵀ (R, C),  ‖α_i x_i − s‖² = α_i²‖x_i‖² − 2α_i c_i + ‖s‖².
 
+Compile time (what a short run pays): the per-N body is traced once and looped over the K
+values of N (``lax.map``), float32 records are selected as they are (no float64 tie fallback
+is compiled for them) and cast to the compute dtype after, and a layer is one causal block
+below :data:`BLOCKS_FROM_LENGTH` (each block is its own copy of the kernel).
+benchmarks/distance_compile.py measures the first call and the run against an earlier commit.
+
 d_1 is computed only when the bound is verified. Device path: from the per-key prefix maxima
 of the distance matrix (:func:`prefix_maxima`, once per block), exact, with the gather of the
 <= N selected rows only for rows whose farthest pair lies inside I_N (:func:`_d1_sq_prefix`).

@@ -136,7 +136,10 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
          jnp.sum(jnp.where(vis, sqrt0(nl_terms), 0.0), axis=-1)], axis=-1)  # (R, 3)
     return cols, extra
 
-  cols, extra = lax.map(per_n, jnp.arange(ns.shape[0]))  # each (K, R); extra (K, R, 3)
+  if ns.shape[0] == 1:  # one N (Algorithm 1): no loop
+    cols, extra = jax.tree.map(lambda v: v[None], per_n(0))
+  else:
+    cols, extra = lax.map(per_n, jnp.arange(ns.shape[0]))  # each (K, R); extra (K, R, 3)
   counted = t[:, None] > ns[None, :].astype(dt)  # (R, K)
   fields = [jnp.where(counted, f.T, 0.0) for f in cols]  # each (R, K)
   rows = RowStats(counted, *fields)
@@ -209,9 +212,11 @@ def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
 
 
 # Below this length a layer is one block: every block is compiled as its own copy of the
-# kernel (4 blocks: 3.3× the compile time of 1), and the work saved pays for that only at long
-# rows (embedded model, float64, N = 5, benchmarks.distance_compile-style probe under load
-# 15: L = 512 runs 0.32 s with 4 blocks, 0.31 s with 1; L = 1,024 1.10 s vs 1.36 s).
+# kernel (4 blocks: 2.4-3.3× the compile time of 1), and the work saved (38 % of the
+# elementwise passes) shows only at long rows. Embedded model, float64, N = 5, printed E, on 2
+# cores under load 11-15 (layer_kernel timed alone on random causal rows, 4 heads, d = 32):
+# L = 512 runs 0.17 s with 1 block, 0.30 s
+# with 4; L = 1,024 1.36 s vs 1.10 s in one probe, 1.67 s vs 1.69 s in another.
 BLOCKS_FROM_LENGTH = 1024
 
 

@@ -215,8 +215,8 @@ def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
 # kernel (4 blocks: 2.4-3.3× the compile time of 1), and the work saved (38 % of the
 # elementwise passes) shows only at long rows. Embedded model, float64, N = 5, printed E, on 2
 # cores under load 11-15 (layer_kernel timed alone on random causal rows, 4 heads, d = 32):
-# L = 512 runs 0.17 s with 1 block, 0.30 s
-# with 4; L = 1,024 1.36 s vs 1.10 s in one probe, 1.67 s vs 1.69 s in another.
+# L = 512 runs 0.17 s with 1 block, 0.30 s with 4; L = 1,024 1.36 s vs 1.10 s in one probe,
+# 1.67 s vs 1.69 s in another.
 BLOCKS_FROM_LENGTH = 1024
 
 

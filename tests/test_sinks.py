@@ -145,3 +145,20 @@ def test_measurements_record_sinks_from_the_per_head_rows():
   # Old rows without sink scores record no sinks (nothing invented).
   old = [{k: v for k, v in r.items() if not k.startswith("sink")} for r in rows]
   assert "sinks" not in vanishing.measurements(old, [])
+
+
+def test_report_says_how_the_vanishing_claims_read_under_a_sink():
+  from limits import reproduction as rp
+
+  held = _judged([(32, [0.0, 0.75])])
+  other = C.assess(C.BY_ID["cor1-band"], {"band_violations": 0, "band_queries": 10})
+  settings = rp.Settings(model="tiny", quick=True)
+  text = rp.render_report([rp.row(other), rp.row(held)], {}, settings, 1.0, None,
+                          C.tally([other, held]))
+  findings = text.split("## The suite's own findings")[1]
+  assert "| `attention-sinks` |" in findings
+  assert text.count(C.SINK_READING) == 1
+  assert f"Attention sinks (`attention-sinks`: {C.HOLDS}). " + C.SINK_READING in findings
+  # No sink row (a run from before sinks were measured): no such line.
+  text = rp.render_report([rp.row(other)], {}, settings, 1.0, None, C.tally([other]))
+  assert C.SINK_READING not in text

@@ -65,6 +65,7 @@ def make_run(root, name, scale, claims, steps=("all",)):
 @pytest.fixture
 def runs(tmp_path):
   a = make_run(tmp_path, "a", 1.0, [_rec("c1", C.HOLDS), _rec("c2", C.FAILS, robust=False),
+                                    {**_rec("m1", C.HOLDS), "evidence": "mathematical"},
                                     _rec("f1", C.HOLDS, kind="finding")])
   b = make_run(tmp_path, "b", 2.0, [_rec("c1", C.FAILS), _rec("c2", C.HOLDS, robust=False),
                                     _rec("f1", C.NOT_TESTABLE, kind="finding")],
@@ -126,7 +127,7 @@ def test_verdict_map_colours_follow_the_verdicts(runs):
 
   fig = pc.verdict_map_figure([load_run(lab, d) for lab, d in runs])
   cells = _cells(fig)
-  assert len(cells) == 6
+  assert len(cells) == 8  # m1 is not in run B: "not run" there
   want = {"c1|A": C.HOLDS, "c2|A": C.FAILS, "f1|A": C.HOLDS,
           "c1|B": C.FAILS, "c2|B": C.HOLDS, "f1|B": C.NOT_TESTABLE}
   for gid, verdict in want.items():
@@ -138,7 +139,8 @@ def test_verdict_map_colours_follow_the_verdicts(runs):
   assert not cells["c1|A"].get_hatch() and not cells["c1|B"].get_hatch()
   # Rows: the paper's claims, then the findings.
   labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-  assert labels == ["c1", "c2", "f1 (finding)"]
+  assert labels == ["c1", "c2", "m1 [mathematical]", "f1 (finding)"]
+  assert cells["m1|B"].get_facecolor() == pytest.approx(to_rgba(pc.VERDICT_COLORS[C.NOT_RUN]))
 
 
 def test_verdict_map_marks_a_claim_absent_from_a_run_not_run(tmp_path):

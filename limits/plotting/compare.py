@@ -207,19 +207,23 @@ def verdict_map_figure(records: Sequence[tuple[str, Sequence[Mapping[str, Any]]]
   """The verdict map: one row per claim (the paper's, then the suite's findings, in the first
   run's order), one column per run; each cell a rectangle (``gid`` = "claim id|run label")
   coloured by the primary verdict (:data:`VERDICT_COLORS`), hatched and starred where the
-  record says the verdict is not robust (``robust`` false). ``records``: (label, claim
+  record says the verdict is not robust (``robust`` false); a claim's row label names it a
+  finding and its evidence class when not empirical (mathematical, by construction,
+  model-free). ``records``: (label, claim
   records) per run, as :func:`limits.claims.compare.load_run` returns them."""
   from matplotlib.patches import Patch, Rectangle
 
   plt = pyplot()
   ids: list[str] = []
   kind: dict[str, str] = {}
+  evidence: dict[str, str] = {}
   for want_finding in (False, True):
     for _, recs in records:
       for r in recs:
         if (r.get("kind") == FINDING) == want_finding and r["id"] not in kind:
           ids.append(r["id"])
           kind[r["id"]] = r.get("kind", "")
+          evidence[r["id"]] = r.get("evidence") or "empirical"
   ncol = len(records)
   fig, ax = plt.subplots(figsize=(2.2 + 1.5 * ncol, 0.9 + 0.28 * len(ids)))
   for j, (label, recs) in enumerate(records):
@@ -240,8 +244,9 @@ def verdict_map_figure(records: Sequence[tuple[str, Sequence[Mapping[str, Any]]]
   ax.set_xticklabels([lab for lab, _ in records], fontsize=7)
   ax.xaxis.tick_top()
   ax.set_yticks([i + 0.5 for i in range(len(ids))])
-  ax.set_yticklabels([cid + (" (finding)" if kind[cid] == FINDING else "") for cid in ids],
-                     fontsize=6)
+  ax.set_yticklabels([cid + (" (finding)" if kind[cid] == FINDING else "")
+                      + (f" [{evidence[cid]}]" if evidence[cid] != "empirical" else "")
+                      for cid in ids], fontsize=6)
   ax.tick_params(length=0)
   handles = [Patch(facecolor=c, edgecolor="0.4", label=v) for v, c in VERDICT_COLORS.items()]
   handles.append(Patch(facecolor="white", edgecolor="0.4", hatch=NOT_ROBUST_HATCH,

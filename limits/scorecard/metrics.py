@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -34,6 +35,17 @@ def lemma1_summary(max_al, zero_share, lengths: Sequence[int]) -> dict:
           "n_per_length": int(m.shape[0])}
 
 
+@jax.jit
+def _printed_token_means(weights, x, ns):
+  """(H, K) token averages of the printed E (x̄ = Σ_j α_j x_j) of every head of one layer and
+  window: ``limits.printed.head_expectations`` vmapped over heads, compiled once per shape
+  (``printed.layer_expectation_means`` runs its ``lax.map`` outside jit, recompiled per call)."""
+  from limits import printed
+
+  out = jax.vmap(printed.head_expectations, in_axes=(0, 0, None))(weights, x, ns)[0]
+  return jnp.nanmean(out, axis=1)  # (H, L, K) -> (H, K)
+
+
 def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: float = 0.01,
                      batch: int = 4) -> dict:
   """Theorem 1 on per-layer ``(weights (W, H, L, L), x (W, H, L, d))`` arrays (float32).
@@ -47,7 +59,7 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   reconstructed E (the Jensen main sum; monotonicity checked, not proved) stays beside it as
   ``critical_n_reconstructed`` and ``ks``.
   """
-  from limits import distance, printed, stats
+  from limits import distance, stats
 
   srt = [distance.sort_rows(w) for w, _ in layers]
 
@@ -65,8 +77,9 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
             for k in range(len(ns))]
 
   def printed_means(ns):  # (heads, K): the printed E per head, mean over windows
-    return np.concatenate([np.mean([printed.layer_expectation_means(
-        w[i], x[i], ns)["expected_printed_output"] for i in range(w.shape[0])], axis=0)
+    ns = jnp.asarray(ns)
+    return np.concatenate([np.mean([np.asarray(_printed_token_means(
+        jnp.asarray(w[i]), jnp.asarray(x[i], w.dtype), ns)) for i in range(w.shape[0])], axis=0)
         for w, x in layers], axis=0)
 
   def scan_pvalues(ns):

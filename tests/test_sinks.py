@@ -162,3 +162,29 @@ def test_report_says_how_the_vanishing_claims_read_under_a_sink():
   # No sink row (a run from before sinks were measured): no such line.
   text = rp.render_report([rp.row(other)], {}, settings, 1.0, None, C.tally([other]))
   assert C.SINK_READING not in text
+
+
+def test_sink_scores_on_gemma3_records_match_hf_attentions(tmp_path):
+  """A random Gemma 3 (tests/test_gemma3_hf.py: layers 0, 1, 3 local with W = 8, layer 2
+  global), L = 20 > W: the score of each layer's record, with the record's own ``window``,
+  equals the mean of HF eager attention on token 0 over the rows that see it (t < 8 in a local
+  layer, all 20 in the global one); float32 weights, 1e-5 (HF parity is 1e-4 per weight,
+  averaging over rows only shrinks it)."""
+  from limits import models
+  from tests.test_gemma3_hf import W as GW
+  from tests.test_gemma3_hf import _hf, _hf_model, _tokens
+
+  hf, path = _hf_model(tmp_path, seed=7)
+  config, params = models.load(path)
+  L = 20
+  tokens = _tokens(config.vocab_size, (1, L), seed=7)
+  ref = _hf(hf, tokens).attentions  # per layer (1, H, L, L)
+  windows = []
+  for n, rec in models.iter_layers(params, tokens, config):
+    a = ref[n][0].double().numpy()  # (H, L, L)
+    rows = GW if int(rec.window) else L
+    windows.append(int(rec.window))
+    want = a[:, :rows, 0].mean(axis=-1)
+    np.testing.assert_allclose(vanishing.sink_scores(rec.weights, rec.window)[0], want,
+                               atol=1e-5)
+  assert windows == [GW, GW, 0, GW]

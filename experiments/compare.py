@@ -9,8 +9,9 @@ verdicts per run, and one line per claim that fails or depends on a reading. The
 the runs' own (``limits.claims.compare``); nothing is recomputed.
 
 With ``--figures=OUTDIR`` it also draws the paper's figures (2a, 2b, 2c, 3, 4) with every run's
-curves, and the verdict map (claims × runs, coloured by primary verdict, hatched where not
-robust), from the runs' step results.json files (``limits.plotting.compare``), into OUTDIR.
+curves, the attention-sink shares by layer (``sinks.png``, the suite's finding) and the verdict
+map (claims × runs, coloured by primary verdict, hatched where not robust), from the runs' step
+results.json files (``limits.plotting.compare``; nothing recomputed), into OUTDIR.
 
   python -m experiments.compare --run=SmolLM2=runs/smollm2 --run=embedded=runs/tiny --figures=figs
 
@@ -43,7 +44,7 @@ def define_flags() -> None:
   flags.DEFINE_bool("values", False, "Compare two runs' recorded values file by file instead "
                     "of their claim tables.")
   flags.DEFINE_string("figures", "", "Also draw Figs. 2a, 2b, 2c, 3, 4 with every run's curves "
-                      "and the verdict map into this folder (PNG files).")
+                      "the sink shares by layer and the verdict map into this folder (PNG files).")
   flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
   flags.register_validator("width", lambda v: v is not None and v >= 20,
                            message="--width must be an integer >= 20")

@@ -55,6 +55,10 @@ def make_run(root, name, scale, claims, steps=("all",)):
     _write(d, "separability_model", {"summary": {
         "n": ns, "median": [0.9 / scale] * 4, "q25": [0.8 / scale] * 4, "q75": [0.95 / scale] * 4,
         "max": [1.0] * 4, "upper_max": [1.0] * 4}})
+  if every or "vanishing" in steps:
+    _write(d, "vanishing", {"sinks": {"eps": 0.3, "by_L": [
+        {"L": 32, "share_by_layer": [0.0, 0.0, 0.0]},
+        {"L": 64, "share_by_layer": [0.0, 0.5 * scale, 1.0]}]}})
   if every or "gradient" in steps:
     _write(d, "gradient", {"per_temperature": [
         {"T": T, "g": {"0.001": {"paper_stat": scale / T}, "10": {"paper_stat": 0.01}}}
@@ -116,6 +120,12 @@ def test_fig2c_fig3_fig4_curves(runs):
   np.testing.assert_allclose(g.get_ydata(), [200.0, 2.0, 0.2])
   paper = f4["paper: min{1/(4T), √2}"]
   assert max(paper.get_ydata()) == pytest.approx(np.sqrt(2))
+  # Sinks: the largest L's shares by layer against relative depth; B has no vanishing step.
+  sk = pc.figure("sinks", runs)
+  line = _lines(sk)["A: L = 64, 3 layers"]
+  np.testing.assert_array_equal(line.get_xdata(), [0.0, 0.5, 1.0])
+  np.testing.assert_array_equal(line.get_ydata(), [0.0, 0.5, 1.0])
+  assert len(_lines(sk)) == 1 and "vanishing" in " ".join(t.get_text() for t in sk.texts)
 
 
 def _cells(fig):
@@ -161,7 +171,7 @@ def test_cli_figures_and_bad_combinations(runs, tmp_path):
   p = subprocess.run(args + [f"--figures={out}"], capture_output=True, text=True)
   assert p.returncode == 0, p.stderr
   assert "| `c1` |" in p.stdout  # the tables are still printed
-  names = sorted([f"{n}.png" for n in pc.FIGURES] + ["verdict_map.png"])
+  names = sorted([f"{n}.png" for n in pc.FIGURES + pc.EXTRA] + ["verdict_map.png"])
   assert sorted(x.name for x in out.iterdir()) == names
   for name in names:
     assert (out / name).read_bytes()[:8] == PNG, name

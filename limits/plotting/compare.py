@@ -14,6 +14,9 @@ reproduction run's own files (the steps' ``results.json``; nothing is recomputed
   the empirical max and the upper bound's max over heads, the paper's 0.70–0.85 band.
 - ``fig4.png``: step ``gradient``: g(T, ε) (the paper's statistic, max over heads) for each
   ε, log–log, with the paper's min{1/(4T), √2}.
+- ``sinks.png`` (the suite's finding, not a paper figure): step ``vanishing``, the share of
+  heads × windows with mean weight on token 0 above ε = 0.3 (Sink_ε) per layer at each run's
+  largest L, against relative depth layer/(n_layer − 1).
 - ``verdict_map.png``: claims × runs, each cell coloured by the primary verdict of the run's
   ``results.claims`` record, hatched and starred where the verdict is not robust (it flips
   under an admissible reading).
@@ -37,7 +40,9 @@ VERDICT_COLORS = {HOLDS: "#66bb6a", FAILS: "#ef5350", NOT_TESTABLE: "#bdbdbd",
 NOT_ROBUST_HATCH = "///"
 FIGURES = ("fig2a", "fig2b", "fig2c", "fig3", "fig4")
 STEPS = {"fig2a": "distance_vary_length", "fig2b": "distance_vary_n",
-         "fig2c": "distance_critical_n", "fig3": "separability_model", "fig4": "gradient"}
+         "fig2c": "distance_critical_n", "fig3": "separability_model", "fig4": "gradient",
+         "sinks": "vanishing"}
+EXTRA = ("sinks",)  # the suite's own figures, drawn after the paper's
 
 Run = tuple[str, Path]  # (label, reproduction --out_dir)
 
@@ -196,11 +201,39 @@ def _fig4(runs: Sequence[Run]):
   return fig
 
 
+def _sinks(runs: Sequence[Run]):
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  missing, eps = [], None
+  for i, (label, path) in enumerate(runs):
+    sinks = (step_results(path, STEPS["sinks"]) or {}).get("sinks") or {}
+    by_l = sinks.get("by_L") or []
+    if not by_l:
+      missing.append(label)
+      continue
+    eps = sinks.get("eps", eps)
+    last = by_l[-1]
+    share = last["share_by_layer"]
+    depth = [k / max(len(share) - 1, 1) for k in range(len(share))]
+    ax.plot(depth, share, "o-", color=_color(i), ms=4,
+            label=f"{label}: L = {last['L']}, {len(share)} layers")
+  ax.set_ylim(-0.03, 1.05)
+  ax.set_xlabel("relative depth: layer / (n_layer − 1)")
+  ax.set_ylabel("Sink_ε: share of heads × windows above ε")
+  ax.set_title(f"Attention sinks on token 0 (ε = {eps if eps is not None else 0.3:g}; the "
+               "suite's finding)", fontsize=9)
+  ax.grid(alpha=0.3)
+  if ax.lines:
+    ax.legend(fontsize=7)
+  _footnote(fig, missing, STEPS["sinks"])
+  return fig
+
+
 def figure(name: str, runs: Sequence[Run]):
-  """The open matplotlib figure ``name`` (one of :data:`FIGURES`) for ``runs``."""
+  """The open matplotlib figure ``name`` (one of :data:`FIGURES` or :data:`EXTRA`)."""
   if name in ("fig2a", "fig2b"):
     return _distance_figure(runs, name)
-  return {"fig2c": _fig2c, "fig3": _fig3, "fig4": _fig4}[name](runs)
+  return {"fig2c": _fig2c, "fig3": _fig3, "fig4": _fig4, "sinks": _sinks}[name](runs)
 
 
 def verdict_map_figure(records: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]):
@@ -257,7 +290,7 @@ def verdict_map_figure(records: Sequence[tuple[str, Sequence[Mapping[str, Any]]]
 
 
 def draw(runs: Sequence[Run], out_dir: str | Path) -> list[Path]:
-  """Writes :data:`FIGURES` and ``verdict_map.png`` into ``out_dir`` (created); returns the
+  """Writes :data:`FIGURES`, :data:`EXTRA` and ``verdict_map.png`` into ``out_dir`` (created); returns the
   paths. ``runs``: (label, reproduction run directory); verdicts read as
   :func:`limits.claims.compare.load_run` reads them (one-line LimitsError when a run has none)."""
   from limits.claims.compare import load_run
@@ -266,6 +299,6 @@ def draw(runs: Sequence[Run], out_dir: str | Path) -> list[Path]:
   out = Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   runs = [(label, Path(path)) for label, path in runs]
-  paths = [save(figure(name, runs), out / f"{name}.png") for name in FIGURES]
+  paths = [save(figure(name, runs), out / f"{name}.png") for name in FIGURES + EXTRA]
   paths.append(save(verdict_map_figure(records), out / "verdict_map.png"))
   return paths

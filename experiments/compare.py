@@ -43,7 +43,7 @@ def define_flags() -> None:
   flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
   flags.DEFINE_bool("values", False, "Compare two runs' recorded values file by file instead "
                     "of their claim tables.")
-  flags.DEFINE_string("figures", "", "Also draw Figs. 2a, 2b, 2c, 3, 4 with every run's curves "
+  flags.DEFINE_string("figures", "", "Also draw Figs. 2a, 2b, 2c, 3, 4 with every run's curves, "
                       "the sink shares by layer and the verdict map into this folder (PNG files).")
   flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
   flags.register_validator("width", lambda v: v is not None and v >= 20,

@@ -67,10 +67,28 @@ def _footnote(fig, missing: Sequence[str], step: str) -> None:
              + ", ".join(missing), fontsize=7, color="0.3")
 
 
+def _axes():
+  """A new figure and its axes, the size every comparison figure has."""
+  return pyplot().subplots(figsize=(6.4, 4.6))
+
+
+def _finish(fig, ax, name: str, missing: Sequence[str], xlabel: str, ylabel: str, title: str,
+            legend: int = 7, grid: str = "major"):
+  """Labels, grid, legend (when something was drawn) and the footnote naming the runs whose
+  step was missing; returns ``fig``."""
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=9)
+  ax.grid(alpha=0.3, which=grid)
+  if ax.lines:
+    ax.legend(fontsize=legend, loc="lower left" if name == "fig3" else "best")
+  _footnote(fig, missing, STEPS[name])
+  return fig
+
+
 def _distance_figure(runs: Sequence[Run], which: str):
   """Fig. 2a (``which`` = "fig2a", x = L at N = 5) or Fig. 2b ("fig2b", x = N at the largest L)."""
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  fig, ax = _axes()
   xkey, other = ("L", "N") if which == "fig2a" else ("N", "L")
   missing, tags = [], []
   for i, (label, path) in enumerate(runs):
@@ -93,20 +111,14 @@ def _distance_figure(runs: Sequence[Run], which: str):
             label=f"{label}: bound d_max")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
-  ax.set_xlabel("sequence length L" if which == "fig2a" else "top-N")
-  ax.set_ylabel("token-averaged distance (mean over heads)")
-  ax.set_title(("Fig. 2a: distance vs L" if which == "fig2a" else "Fig. 2b: distance vs N")
-               + (f" ({'; '.join(tags)})" if tags else ""), fontsize=9)
-  ax.grid(alpha=0.3, which="both")
-  if ax.lines:
-    ax.legend(fontsize=7)
-  _footnote(fig, missing, STEPS[which])
-  return fig
+  return _finish(fig, ax, which, missing, "sequence length L" if which == "fig2a" else "top-N",
+                 "token-averaged distance (mean over heads)",
+                 ("Fig. 2a: distance vs L" if which == "fig2a" else "Fig. 2b: distance vs N")
+                 + (f" ({'; '.join(tags)})" if tags else ""), grid="both")
 
 
 def _fig2c(runs: Sequence[Run]):
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  fig, ax = _axes()
   missing, all_l = [], []
   for i, (label, path) in enumerate(runs):
     scan = ((step_results(path, STEPS["fig2c"]) or {}).get("critical_scan")) or {}
@@ -125,19 +137,12 @@ def _fig2c(runs: Sequence[Run]):
     grid = [min(all_l), max(all_l)]
     ax.plot(grid, [0.06 * g for g in grid], "k:", label="paper: 0.06·L")
   ax.set_xscale("log", base=2)
-  ax.set_xlabel("sequence length L")
-  ax.set_ylabel("critical top-N (KS, ascending scan)")
-  ax.set_title("Fig. 2c: critical N vs L (Algorithm 3)", fontsize=9)
-  ax.grid(alpha=0.3)
-  if ax.lines:
-    ax.legend(fontsize=7)
-  _footnote(fig, missing, STEPS["fig2c"])
-  return fig
+  return _finish(fig, ax, "fig2c", missing, "sequence length L",
+                 "critical top-N (KS, ascending scan)", "Fig. 2c: critical N vs L (Algorithm 3)")
 
 
 def _fig3(runs: Sequence[Run]):
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  fig, ax = _axes()
   ax.axhspan(0.70, 0.85, color="0.9", zorder=0, label="paper: saturates in [0.70, 0.85]")
   missing = []
   for i, (label, path) in enumerate(runs):
@@ -154,13 +159,8 @@ def _fig3(runs: Sequence[Run]):
       ax.plot(ns, s["upper_max"], "v--", color=c, ms=4, label=f"{label}: upper bound (max)")
   ax.set_xscale("log", base=2)
   ax.set_ylim(-0.03, 1.05)
-  ax.set_xlabel("top-N")
-  ax.set_ylabel("N_s / N")
-  ax.set_title("Fig. 3: geometric separability (IQR band over heads)", fontsize=9)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=7, loc="lower left")
-  _footnote(fig, missing, STEPS["fig3"])
-  return fig
+  return _finish(fig, ax, "fig3", missing, "top-N", "N_s / N",
+                 "Fig. 3: geometric separability (IQR band over heads)")
 
 
 def _fig4(runs: Sequence[Run]):
@@ -168,8 +168,7 @@ def _fig4(runs: Sequence[Run]):
 
   import numpy as np
 
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  fig, ax = _axes()
   missing, temps = [], []
   styles = ("o-", "s--", "^:", "d-.")
   for i, (label, path) in enumerate(runs):
@@ -191,19 +190,12 @@ def _fig4(runs: Sequence[Run]):
     ax.plot(tl, np.minimum(1 / (4 * tl), math.sqrt(2)), "k--", label="paper: min{1/(4T), √2}")
   ax.set_xscale("log")
   ax.set_yscale("log")
-  ax.set_xlabel("temperature T (raw q·k scale)")
-  ax.set_ylabel("g(T, ε), max over heads")
-  ax.set_title("Fig. 4: gradient sensitivity", fontsize=9)
-  ax.grid(alpha=0.3, which="both")
-  if ax.lines:
-    ax.legend(fontsize=6)
-  _footnote(fig, missing, STEPS["fig4"])
-  return fig
+  return _finish(fig, ax, "fig4", missing, "temperature T (raw q·k scale)",
+                 "g(T, ε), max over heads", "Fig. 4: gradient sensitivity", legend=6, grid="both")
 
 
 def _sinks(runs: Sequence[Run]):
-  plt = pyplot()
-  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  fig, ax = _axes()
   missing, eps = [], None
   for i, (label, path) in enumerate(runs):
     sinks = (step_results(path, STEPS["sinks"]) or {}).get("sinks") or {}
@@ -218,15 +210,10 @@ def _sinks(runs: Sequence[Run]):
     ax.plot(depth, share, "o-", color=_color(i), ms=4,
             label=f"{label}: L = {last['L']}, {len(share)} layers")
   ax.set_ylim(-0.03, 1.05)
-  ax.set_xlabel("relative depth: layer / (n_layer − 1)")
-  ax.set_ylabel("Sink_ε: share of heads × windows above ε")
-  ax.set_title(f"Attention sinks on token 0 (ε = {eps if eps is not None else 0.3:g}; the "
-               "suite's finding)", fontsize=9)
-  ax.grid(alpha=0.3)
-  if ax.lines:
-    ax.legend(fontsize=7)
-  _footnote(fig, missing, STEPS["sinks"])
-  return fig
+  return _finish(fig, ax, "sinks", missing, "relative depth: layer / (n_layer − 1)",
+                 "Sink_ε: share of heads × windows above ε",
+                 f"Attention sinks on token 0 (ε = {eps if eps is not None else 0.3:g}; the "
+                 "suite's finding)")
 
 
 def figure(name: str, runs: Sequence[Run]):

@@ -63,8 +63,9 @@ def _color(i: int) -> str:
 
 def _footnote(fig, missing: Sequence[str], step: str) -> None:
   if missing:
-    fig.text(0.01, 0.005, f"not drawn (step {step} missing or unfinished): "
-             + ", ".join(missing), fontsize=7, color="0.3")
+    # Below the axes' labels (the saved PNG's tight box grows to include it).
+    fig.text(0.01, -0.01, f"not drawn (step {step} missing or unfinished): "
+             + ", ".join(missing), fontsize=7, color="0.3", va="top")
 
 
 def _axes():

@@ -32,7 +32,7 @@ from absl import app, flags
 from limits import cli
 from limits.claims import compare, value_diff
 from limits.errors import LimitsError
-from limits.results import atomic_write_text
+from limits.runs.results import atomic_write_text
 
 FLAGS = flags.FLAGS
 def define_flags() -> None:
@@ -50,7 +50,6 @@ def define_flags() -> None:
                            message="--width must be an integer >= 20")
 
 
-@cli.guard
 def main(argv):
   del argv
   if not FLAGS.run:
@@ -86,4 +85,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(cli.guard(main))

@@ -26,10 +26,12 @@ import sys
 
 from absl import app, flags
 
-from limits import cli, cli_flags
+from limits import cli
+from limits.cli import shared_flags as cli_flags
 from limits import reproduction as rp
-from limits import reproduction_runner as runner
+from limits.reproduction import runner
 from limits.errors import LimitsError
+from limits.runs import results
 
 FLAGS = flags.FLAGS
 EXPERIMENT = runner.EXPERIMENT
@@ -59,7 +61,7 @@ def main(argv):
                       f"{', '.join(rp.STEP_NAMES)}")
   settings = rp.Settings(model=FLAGS.model, quick=FLAGS.quick, seed=FLAGS.seed,
                          windows=FLAGS.windows, data_dir=FLAGS.data_dir, text=FLAGS.text)
-  run_config = cli.run_identity()  # the command's settings, less the execution-only flags
+  run_config = results.run_identity()  # the command's settings, less the execution-only flags
   steps = [s for s in rp.STEPS if not only or s.name in only]
   out, status = runner.reproduce(steps, settings, FLAGS.out_dir, run_config, resume=FLAGS.resume)
   print(f"report: {out / 'report.md'}")

@@ -30,24 +30,16 @@ copy embedded in the package (``limits.data.resolve_corpus``).
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import app
 
-from limits import cli, cli_flags, vanishing
+from limits import cli, vanishing
+from limits.cli import shared_flags as cli_flags
 
-D = vanishing.VanishingConfig()  # the defaults
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  cli_flags.define_corpus_flags(D, model=cli_flags.MODEL_HELP)
-  flags.DEFINE_string("lengths", D.lengths, "Comma-separated L values; default 32,64,...,min(1024, "
-                      "context).")
-  cli_flags.define_run_flags(D, vanishing.EXPERIMENT, plot="Write vanishing.png.",
-                             x64="Compute the check in float64 (default; --nox64 for float32).")
-  flags.DEFINE_float("lemma1_a", D.lemma1_a, "Logit bound a of the synthetic Lemma 1 check (logits "
-                     "uniform on [-a, a], F = exp and softplus, the run's lengths).")
-  cli.require("lemma1_a", lambda v: v is not None and 0 <= v <= 300,
-              "be in [0, 300] (e^{2a} must stay finite)")
+  cli_flags.define_config_flags(vanishing.VanishingConfig)
 
 
 main = cli_flags.task_main(vanishing.VanishingConfig, vanishing.run,

@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from limits.runs import options
+
 EXPERIMENT = "vanishing"
 # Sink_ε (Gu et al., "When Attention Sink Emerges in Language Models", ICLR 2025; code
 # sail-sg/Attention-Sink, eval_sink_open_source.py): a head is a sink head when its mean
@@ -27,18 +29,22 @@ SINK_EPS = 0.3
 
 @dataclasses.dataclass(frozen=True)
 class VanishingConfig:
-  """One run's settings (the CLI's flags, same names and defaults)."""
+  """One run's settings; each field declares its CLI flag (``limits.runs.options``)."""
 
-  model: str = "tiny"  # model spec (limits.cli_flags.MODEL_HELP)
-  text: str | None = None  # a text file instead of the corpus
-  data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
-  windows: int = 1  # consecutive L-token windows per L
-  lengths: str = ""  # comma-separated L; "" = 32, 64, ..., min(1024, context)
-  seed: int = 0  # recorded; the computation is deterministic
-  x64: bool = True  # float64 check
-  out_dir: str | None = None  # run directory (default results/vanishing/<time>)
-  plot: bool = True  # write vanishing.png
-  lemma1_a: float = 4.0  # logit bound a of the synthetic Lemma 1 check
+  model: str = options.model()
+  text: str | None = options.text()
+  data_dir: str | None = options.data_dir()
+  windows: int = options.windows()
+  lengths: str = options.option("", "Comma-separated L values; default 32,64,...,min(1024, "
+                                "context).")
+  seed: int = options.seed()
+  x64: bool = options.x64("Compute the check in float64 (default; --nox64 for float32).")
+  out_dir: str | None = options.out_dir("vanishing")
+  plot: bool = options.plot("Write vanishing.png.")
+  lemma1_a: float = options.option(4.0, "Logit bound a of the synthetic Lemma 1 check (logits "
+                                   "uniform on [-a, a], F = exp and softplus, the run's "
+                                   "lengths).", check=(lambda v: v is not None and 0 <= v <= 300,
+                                                       "be in [0, 300] (e^{2a} must stay finite)"))
 
 
 def lemma1_synthetic(a: float, lengths, seed: int) -> dict:
@@ -171,12 +177,15 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds, cli, interrupts, records, sources
-  from limits import results as res
-  from limits.progress import Progress
+  from limits import bounds, records
+  from limits.runs import parsing
+  from limits.runs import interrupts
+  from limits.records import sources
+  from limits.runs import results as res
+  from limits.runs.progress import Progress
 
   model = sources.load_model(config.model)
-  lengths = cli.parse_lengths(config.lengths, model.config.n_positions, model.name)
+  lengths = parsing.parse_lengths(config.lengths, model.config.n_positions, model.name)
   # The corpus first: a missing corpus fails before the output folder is created.
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
                                            data_dir=config.data_dir) for L in lengths}

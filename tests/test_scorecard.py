@@ -27,7 +27,7 @@ def tiny():
 
 
 def _text_tokens(n_windows, length):
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   tok = models.load_tokenizer("tiny").encode(SAMPLE_TEXT * 4)
   return np.asarray(tok[:n_windows * length], np.int32).reshape(n_windows, length)
@@ -297,7 +297,7 @@ def test_config_rejects_bad_values():
 
 
 def test_cli_end_to_end_tiny_then_resume(tmp_path):
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   text = tmp_path / "text.txt"
   text.write_text(SAMPLE_TEXT * 2, encoding="utf-8")

@@ -40,11 +40,12 @@ def test_end_to_end(model_dir, tmp_path):
   rows = list(csv.DictReader((out / "per_head.csv").open()))
   assert len(rows) == 2 * 4
   # Independent recomputation for one head: max α·L of the last query from HF-style softmax.
-  from limits import gpt2, sources
+  from limits import models
+  from limits.records import sources
 
   m = sources.load_model(str(model_dir / "model"))
   toks = sources.corpus_windows(m, 32, 1, text=model_dir / "text.txt")
-  rec = dict(gpt2.iter_layers(m.params, toks, m.config))[1]
+  rec = dict(models.iter_layers(m.params, toks, m.config))[1]
   w = np.asarray(rec.weights[0, 0, -1], np.float64)  # (32,) last query sees all 32 keys
   got = next(r for r in rows if r["L"] == "32" and r["layer"] == "1" and r["head"] == "0")
   # float32 weights from the model vs float64 log-space: 1e-5 in log10 units.

@@ -43,8 +43,7 @@ from limits.claims.assessment import (SAME, Assessment, assess, by_evidence, com
 from limits.claims.core import (BY_CONSTRUCTION, DEPENDS, EMPIRICAL, EVIDENCE, FAILS, FINDING,
                                 HOLDS, MATHEMATICAL, MODEL_FREE, NOT_RUN, NOT_TESTABLE, PAPER,
                                 Claim, Missing, Reading, Verdict, fmt, need, num)
-from limits.claims.criteria import (PLATEAU_RATIO, ks_min_pvalue, linear_r2, loglog_slope,
-                                    saturates, saturation)
+from limits.claims.criteria import PLATEAU_RATIO, ks_min_pvalue, linear_r2, saturates, saturation
 from limits.claims.docs import render_docs
 from limits.claims.judges_distance import (CONVERGE_GAP, CRITICAL_BAND, CRITICAL_RATIO,
                                            LINEAR_EXPONENT, LINEAR_R2, PLATEAU_KNEE,
@@ -89,7 +88,7 @@ __all__ = [
     "judge_fig3_upper_printed", "judge_fig4_collapse", "judge_fig4_inverse_t",
     "judge_lemma1_bounded", "judge_lemma1_model", "judge_lemma2", "judge_multihead",
     "judge_safely", "judge_simplex", "judge_sphere_band", "judge_sphere_cap", "judge_thm1_bound",
-    "judge_thm2_lower", "ks_min_pvalue", "linear_in_l", "linear_r2", "loglog_slope", "need",
+    "judge_thm2_lower", "ks_min_pvalue", "linear_in_l", "linear_r2", "need",
     "not_run", "num", "reading_label", "render_docs", "saturates", "saturation", "summarize",
     "tally",
 ]

@@ -59,9 +59,9 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   reconstructed E (the Jensen main sum; monotonicity checked, not proved) stays beside it as
   ``critical_n_reconstructed`` and ``ks``.
   """
-  from limits import distance, stats
+  from limits import distance, selection, stats
 
-  srt = [distance.sort_rows(w) for w, _ in layers]
+  srt = [selection.sort_rows(w) for w, _ in layers]
 
   def head_means(ns):
     padded = list(ns) + [ns[-1]] * (batch - len(ns))

@@ -229,11 +229,11 @@ def test_critical_n_is_the_ascending_scan_against_the_printed_e():
   """The crit. N/L column follows Fig. 2c's primary reading (issue 28): the first N of the scan
   N = 1, 2, … where KS does not reject per-head d̄ against the printed E. Every p-value the scan
   evaluated is recomputed here from per-row references (limits.distance.cumulative_distance,
-  limits.printed.expected_printed_rows, one query at a time) and scipy's KS; float32 inputs,
+  limits.distance.printed.expected_printed_rows, one query at a time) and scipy's KS; float32 inputs,
   so p-values agree to 1e-6 (the statistic is exact unless two samples tie within rounding)."""
   from scipy import stats as sst
 
-  from limits import printed
+  from limits.distance import printed
 
   rng = np.random.default_rng(5)
   L, H, d = 12, 3, 4

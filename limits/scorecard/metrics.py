@@ -38,9 +38,9 @@ def lemma1_summary(max_al, zero_share, lengths: Sequence[int]) -> dict:
 @jax.jit
 def _printed_token_means(weights, x, ns):
   """(H, K) token averages of the printed E (x̄ = Σ_j α_j x_j) of every head of one layer and
-  window: ``limits.printed.head_expectations`` vmapped over heads, compiled once per shape
+  window: ``limits.distance.printed.head_expectations`` vmapped over heads, compiled once per shape
   (``printed.layer_expectation_means`` runs its ``lax.map`` outside jit, recompiled per call)."""
-  from limits import printed
+  from limits.distance import printed
 
   out = jax.vmap(printed.head_expectations, in_axes=(0, 0, None))(weights, x, ns)[0]
   return jnp.nanmean(out, axis=1)  # (H, L, K) -> (H, K)
@@ -54,7 +54,7 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   heads), and Algorithm 3's critical N as the claims read Fig. 2c (issue 28, primary reading):
   ``critical_n`` is the first N of the ascending scan N = 1, 2, … (``stats.ascending_scan``)
   whose KS test of the per-head d̄ against the printed E (AMBIG-18 primary: the paper's E,
-  x̄ = Σ_j α_j x_j, ``limits.printed``; window mean of the token averages) does not reject at
+  x̄ = Σ_j α_j x_j, ``limits.distance.printed``; window mean of the token averages) does not reject at
   level alpha, with its pass windows and p-values in ``critical_scan``. The bisection on the
   reconstructed E (the Jensen main sum; monotonicity checked, not proved) stays beside it as
   ``critical_n_reconstructed`` and ``ks``.

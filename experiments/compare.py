@@ -11,7 +11,7 @@ the runs' own (``limits.claims.compare``); nothing is recomputed.
 With ``--figures=OUTDIR`` it also draws the paper's figures (2a, 2b, 2c, 3, 4) with every run's
 curves, the attention-sink shares by layer (``sinks.png``, the suite's finding) and the verdict
 map (claims × runs, coloured by primary verdict, hatched where not robust), from the runs' step
-results.json files (``limits.plotting.compare``; nothing recomputed), into OUTDIR.
+results.json files (``limits.claims.figures``; nothing recomputed), into OUTDIR.
 
   python -m experiments.compare --run=SmolLM2=runs/smollm2 --run=embedded=runs/tiny --figures=figs
 
@@ -74,7 +74,7 @@ def main(argv):
   else:
     print(text, end="")
   if FLAGS.figures:
-    from limits.plotting import compare as plot_compare
+    from limits.claims import figures as plot_compare
 
     try:
       paths = plot_compare.draw(specs, FLAGS.figures)

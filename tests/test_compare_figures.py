@@ -1,4 +1,4 @@
-"""limits.plotting.compare / experiments.compare --figures: the paper's figures with every run's
+"""limits.claims.figures / experiments.compare --figures: the paper's figures with every run's
 curves and the verdict map, from hand-made minimal run directories (nothing recomputed)."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 from matplotlib.colors import to_rgba
 
 from limits import claims as C
-from limits.plotting import compare as pc
+from limits.claims import figures as pc
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -50,7 +50,7 @@ def load_model(spec: str, seed: int = 0):
   import jax
 
   if spec == "gpt2_124m":
-    from limits import gpt2
+    from limits.models import gpt2
 
     config = gpt2.Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024,
                          vocab_size=50257)

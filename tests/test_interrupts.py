@@ -4,7 +4,7 @@ Before: SIGINT at an arbitrary moment raised ``KeyboardInterrupt`` wherever Pyth
 JAX's gc callback it was "Exception ignored" and the run went on to exit 0 (reproduced 3 of 3
 on ``distance --mode=critical_n --lengths=64,128,256`` interrupted at 8, 15 and 25 s); during a
 dispatch the CLI exited under XLA's running threads (segfault, exit 139). Now
-:mod:`limits.interrupts` defers the signal to the loops' safe points.
+:mod:`limits.runs.interrupts` defers the signal to the loops' safe points.
 
 The mechanism is tested in small subprocesses without JAX (fast, deterministic). The CLIs are
 interrupted at seeded moments (:data:`MOMENTS`): each must exit 130 with no traceback and no
@@ -31,7 +31,7 @@ from tests.cli_helpers import REPO, interruptible, run_experiment, start_experim
 # ------------------------------------------------------------------------ the mechanism
 
 _PRELUDE = ("import gc, os, signal, sys\n"
-            "from limits import interrupts\n")
+            "from limits.runs import interrupts\n")
 
 
 def _python(code: str, timeout: int = 60):
@@ -67,7 +67,7 @@ def test_a_signal_in_a_gc_callback_is_swallowed_by_default_and_kept_when_deferre
 
 
 def interrupts_notice() -> str:
-  from limits import interrupts
+  from limits.runs import interrupts
 
   return interrupts.NOTICE
 
@@ -116,7 +116,7 @@ def test_a_second_signal_stops_at_once_with_130():
 # ------------------------------------------------------------------------ the CLIs
 
 def _text(root: Path) -> Path:
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   path = root / "text.txt"
   if not path.exists():
@@ -297,9 +297,9 @@ def test_moments_cover_every_experiment_and_mode():
 
 def test_progress_bars_start_no_monitor_thread():
   """tqdm's monitor thread (started by the first plain bar, as the second half shows) would be
-  one more thread alive when a CLI exits on Ctrl-C; limits.progress bars start none."""
+  one more thread alive when a CLI exits on Ctrl-C; limits.runs.progress bars start none."""
   code = ("import io, threading\n"
-          "from limits.progress import Progress\n"
+          "from limits.runs.progress import Progress\n"
           "with Progress(3, 'x', stream=io.StringIO()) as p:\n"
           "  p.update(1)\n"
           "  print(sorted(t.name for t in threading.enumerate()), flush=True)\n"

@@ -23,9 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from limits import gpt2, models
+from limits import models
+from limits.models import gpt2
 from limits.errors import LimitsError
-from limits.gpt2.config import Config as Gpt2Config
+from limits.models.gpt2.config import Config as Gpt2Config
 from limits.models.llama.config import Config as LlamaConfig
 from tests.test_models_loading import CONFIG as LLAMA_CONFIG
 from tests.test_models_loading import _flat as llama_flat

@@ -5,7 +5,7 @@ second method, not the code's own output). Figure 4's verdicts are judged in lim
 import numpy as np
 import pytest
 
-from limits import sensitivity
+from limits.gradient import sensitivity
 
 # ---- Algorithm 5 at scale: exact O(L) norms for every row, g on a seeded sample ----------------
 

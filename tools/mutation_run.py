@@ -36,8 +36,8 @@ GROUPS = {
                 "limits/claims/criteria.py"],
                ["tests/test_claims.py", "tests/test_claims_registry.py",
                 "tests/test_vector_readings.py", "tests/test_mutation_kills.py"]),
-    "rows": (["limits/separability_rows.py", "limits/distance_rows.py",
-              "limits/gradient_rows.py"],
+    "rows": (["limits/separability/rows.py", "limits/distance/rows.py",
+              "limits/gradient/rows.py"],
              ["tests/test_separability.py", "tests/test_distance.py",
               "tests/test_distance_fast.py", "tests/test_mutation_kills.py"]),
 }

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from limits.errors import LimitsError
-from limits.results import read_json_object
+from limits.runs.results import read_json_object
 
 # Keys whose values are wall-clock measurements (names used by limits' writers).
 TIMING_KEYS = frozenset({"seconds", "wall_s", "timings_s", "timing_s", "time_utc"})

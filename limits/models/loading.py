@@ -180,10 +180,12 @@ def _family_config(loc: Location):
   """``(config, family module)`` of a Llama or Gemma 3 directory."""
   if loc.family == "gemma3":
     from limits.models.gemma3 import model as family
+    from limits.models.gemma3.config import Config
   else:
     from limits.models.llama import model as family
-  config = family.Config.from_hf(files.read_json(loc.directory / "config.json"),
-                                 source=str(loc.directory / "config.json"))
+    from limits.models.llama.config import Config
+  config = Config.from_hf(files.read_json(loc.directory / "config.json"),
+                          source=str(loc.directory / "config.json"))
   return config, family
 
 
@@ -217,19 +219,32 @@ def _load_hf_dir(loc: Location, dtype):
 
 
 # ----------------------------------------------------------------------------------------------
+def _gguf_family(path):
+  """``(reader, module)``: the parsed GGUF and the module that reads its architecture
+  (``config(reader, path)``, ``load(path, reader, dtype=...)``)."""
+  from limits.models import gguf_file
+
+  reader = gguf_file.open_reader(path)
+  if gguf_file.architecture(reader, path) == "gemma3":
+    from limits.models.gemma3 import gguf as gemma3_gguf
+
+    return reader, gemma3_gguf
+  return reader, gguf_file
+
+
 # Public entry points.
 
 def load(spec, *, dtype="float32"):
   """``(config, params)`` of any supported model; float32 params by default."""
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
-    from limits.models import gguf_file
     from limits.models.engine import family_module
 
-    config, flat = gguf_file.load(loc.path, dtype=dtype)
+    reader, family = _gguf_family(loc.path)
+    config, flat = family.load(loc.path, reader, dtype=dtype)
     return config, family_module(config).params_from_flat(flat, config)
   if loc.family == "gpt2":
-    from limits.gpt2 import checkpoint
+    from limits.models.gpt2 import checkpoint
 
     return checkpoint.load(loc.path, dtype=dtype)
   return _load_hf_dir(loc, dtype)
@@ -239,11 +254,10 @@ def load_config(spec):
   """The config alone (reads config.json or the GGUF header, not the weights)."""
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
-    from limits.models import gguf_file
-
-    return gguf_file.load_config(loc.path)
+    reader, family = _gguf_family(loc.path)
+    return family.config(reader, loc.path)
   if loc.family == "gpt2":
-    from limits.gpt2 import checkpoint
+    from limits.models.gpt2 import checkpoint
 
     return checkpoint.load_config(loc.directory)
   return _family_config(loc)[0]
@@ -255,8 +269,13 @@ def load_tokenizer(spec):
   if loc.kind == "gguf":
     from limits.models import gguf_file
 
+    reader = gguf_file.open_reader(loc.path)
+    if gguf_file.field(reader, "tokenizer.ggml.model") == "llama":
+      from limits.models import sentencepiece
+
+      return sentencepiece.from_gguf(reader, loc.path)
     return gguf_file.tokenizer(loc.path)
-  from limits.gpt2 import tokenizer as tokenizer_lib
+  from limits.models.gpt2 import tokenizer as tokenizer_lib
 
   directory = loc.directory
   has = (directory / "tokenizer.json").is_file() or (

@@ -31,7 +31,7 @@ _BOOLEANS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
 @dataclasses.dataclass(frozen=True)
 class Config:
   """Llama architecture (RMSNorm, RoPE, grouped-query attention, SwiGLU). Frozen: a static jit
-  argument. Attribute names shared with ``limits.gpt2.Config``: n_layer, n_head, n_kv_head,
+  argument. Attribute names shared with ``limits.models.gpt2.Config``: n_layer, n_head, n_kv_head,
   n_embd, d_head, n_positions, vocab_size."""
 
   family: ClassVar[str] = "llama"

@@ -154,6 +154,6 @@ def describe(config: Config) -> str:
           f"context {config.n_positions}")
 
 
-__all__ = ["Config", "LAYERS_KEY", "block", "checkpoint_shapes", "embed", "head",
+__all__ = ["LAYERS_KEY", "block", "checkpoint_shapes", "embed", "head",
            "init_params", "params_from_flat", "check_params", "rope_tables", "apply_rope",
            "describe"]

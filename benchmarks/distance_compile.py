@@ -2,7 +2,7 @@ r"""Compile time and run time of Theorem 1's device layer kernel, against an ear
 
   python -m benchmarks.distance_compile --ref=c5f0aa7 [--model=tiny] [--cases=...] [--pairs=2]
 
-Loads ``limits/distance_fast.py`` as it was at ``--ref`` beside the current one (as
+Loads ``limits/distance/kernels.py`` as it was at ``--ref`` beside the current one (as
 benchmarks.distance_ab), takes layer 0's records of one forward of the model on random
 tokens (float32, as the experiments get them), and per case times, alternating reference and
 ours in this process with JAX's in-memory caches cleared before every first call and the
@@ -28,7 +28,7 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_string("ref", "c5f0aa7", "Git revision of the reference limits/distance_fast.py.")
+flags.DEFINE_string("ref", "c5f0aa7", "Git revision of the reference limits/distance/kernels.py.")
 flags.DEFINE_string("model", "tiny", "Model spec (benchmarks.common.load_model).")
 flags.DEFINE_string("cases", "alg1@128,alg1@512,alg2@512,hidden@512,ks@256",
                     "Comma-separated cases (see the module docstring).")
@@ -65,11 +65,12 @@ def main(argv):
   import numpy as np
 
   from benchmarks import common
-  from limits import distance_fast as ours, models
+  from limits import models
+  from limits.distance import kernels as ours
 
-  ref = common.module_at(FLAGS.ref, "limits/distance_fast.py", "distance_fast_ref")
+  ref = common.module_at(FLAGS.ref, "limits/distance/kernels.py", "distance_fast_ref")
   config, params = common.load_model(FLAGS.model)
-  print(f"{FLAGS.model}; reference = limits/distance_fast.py at {FLAGS.ref}; device "
+  print(f"{FLAGS.model}; reference = limits/distance/kernels.py at {FLAGS.ref}; device "
         f"{jax.devices()[0]}; load {os.getloadavg()[0]:.1f}", flush=True)
   for spec in FLAGS.cases.split(","):
     kind, L = spec.split("@")

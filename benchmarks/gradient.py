@@ -71,7 +71,8 @@ def main(argv):
   cli.setup_precision(True)
   import jax
 
-  from limits import gradient, sources
+  from limits.gradient import task as gradient
+  from limits.records import sources
 
   if FLAGS.parts == ["cex"]:  # needs no model: one tied-top-two row of length L
     _part_cex(FLAGS.length, np.asarray(gradient.default_temperatures()), 100 * 2.0 ** -52)
@@ -113,7 +114,9 @@ def main(argv):
 
 def _part_rows(rows, rows64, mask, Ts, rtol, rates):
   from benchmarks import common
-  from limits import gradient_rows, gradient_screen, sensitivity
+  from limits.gradient import rows as gradient_rows
+  from limits.gradient import screen as gradient_screen
+  from limits.gradient import sensitivity
 
   R = rows.shape[0]
   vis = int(mask.sum())
@@ -138,7 +141,8 @@ def _part_g(model, rows, rows64, mask, meta, Ts, eps, rates):
   import jax
 
   from benchmarks import common
-  from limits import normalizers, sensitivity
+  from limits import normalizers
+  from limits.gradient import sensitivity
 
   groups = np.asarray(meta["layer"]) * model.config.n_head + np.asarray(meta["head"])
   idx = sensitivity.sample_rows(groups, FLAGS.fd_rows, FLAGS.seed)
@@ -173,7 +177,7 @@ def _part_cex(L, Ts, rtol):
   import jax.numpy as jnp
 
   from benchmarks import common
-  from limits import gradient_rows
+  from limits.gradient import rows as gradient_rows
 
   T = float(Ts[0])
   cl, cm = jax.device_put(jnp.zeros((1, L))), jax.device_put(jnp.arange(L)[None] < 2)

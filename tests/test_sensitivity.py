@@ -105,7 +105,7 @@ def test_g_rows_plain_softmax_path_equals_masked_softmax():
   1e-14/ε absolute (each weight within one rounding, ~1e-16, which dominates g on one-hot rows
   and at small ε). A temperature bound into the normalizer is not the plain path; a NaN logit
   gives NaN g on both paths, never a silent 0."""
-  from limits import gradient_rows
+  from limits.gradient import rows as gradient_rows
 
   plain = normalizers.get("softmax")
   assert gradient_rows._plain_softmax(plain)

@@ -112,7 +112,7 @@ class ModelEvaluator:
     """Yields (weights (1, H, L, L), x) as device arrays of ``dtype`` for each layer (the layer
     kernel reads them where they are: no host round trip). ``cast_weights=False`` keeps the
     weights in the record's dtype (float32: the layer kernel selects on them exactly and casts
-    after, :func:`limits.distance_fast.layer_kernel`)."""
+    after, :func:`limits.distance.kernels.layer_kernel`)."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None

@@ -13,13 +13,9 @@ Cases: N = 5 with the bound (Algorithm 1 at one L), N ∈ {1, 5, 10, 20, 100} wi
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 from absl import app, flags
+
+from benchmarks import common
 
 flags.DEFINE_string("ref", "HEAD", "Git revision of the reference limits/distance/kernels.py.")
 flags.DEFINE_string("model", "smollm2", "tiny, gpt2_124m (random weights), smollm2, or a dir.")
@@ -31,18 +27,7 @@ FLAGS = flags.FLAGS
 
 
 def _load_ref(rev: str):
-  root = Path(__file__).resolve().parents[1]
-  try:
-    src = subprocess.run(["git", "show", f"{rev}:limits/distance/kernels.py"], cwd=root,
-                         check=True, capture_output=True, text=True).stdout
-  except (OSError, subprocess.CalledProcessError) as e:
-    sys.exit(f"error: cannot read limits/distance/kernels.py at --ref={rev!r} ({e})")
-  path = Path(tempfile.mkdtemp()) / "distance_fast_ref.py"
-  path.write_text(src)
-  spec = importlib.util.spec_from_file_location("distance_fast_ref", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  return common.module_at(rev, "limits/distance/kernels.py", "distance_fast_ref")
 
 
 def main(argv):
@@ -53,7 +38,6 @@ def main(argv):
   import jax.numpy as jnp
   import numpy as np
 
-  from benchmarks import common
   from limits import models
   from limits.distance import kernels as ours
 

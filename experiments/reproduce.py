@@ -6,7 +6,7 @@ model), each as its own experiment in ``OUT/<step>/``, then judges every claim o
 the suite's own findings in a separate table, and for each claim whether it holds or fails under
 every reading of the ambiguities it depends on.
 
-    python -m experiments.reproduce --quick          # about a minute on 2 CPU cores
+    python -m experiments.reproduce --quick          # about 13 min on 2 idle CPU cores (16 steps)
     python -m experiments.reproduce --model=gpt2     # paper settings on real GPT-2 124M
 
 Before the first step it checks the model, the corpus (``--data_dir``,
@@ -44,7 +44,8 @@ def define_flags() -> None:
       DEFAULTS, model=cli_flags.MODEL_HELP,
       windows="Corpus windows per length (default 1 quick, 4 full).")
   cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
-  flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
+  flags.DEFINE_bool("quick", False, "Small grids (about 13 min for the embedded model's 16 "
+                    "steps on 2 idle CPU cores).")
   flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
   flags.DEFINE_bool("resume", True, "Skip steps whose results.json is a finished run with the "
                     "same settings.")

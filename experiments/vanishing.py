@@ -12,6 +12,11 @@ weight nor an overflowing band can fake a result. The band is the one of
 (tests check that the two agree). Per head the last query
 (which sees all L keys) gives max α·L and min α·L, plotted against L with the band.
 
+Attention sinks are measured on the same weights: per head the mean weight on token 0 over the
+query rows that can see it (Sink_ε of Gu et al. 2025, sail-sg/Attention-Sink; ε = 0.3), as
+``per_head.csv`` columns ``sink_score`` / ``sink_above`` and results ``sinks`` (the share of
+heads × windows above ε per L and layer; ``limits.vanishing.sink_scores``).
+
 Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` (measurements; the claims it decides are printed from limits.claims).
 
   python -m experiments.vanishing --out_dir=results/vanishing

@@ -120,7 +120,7 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
     sel = vis & (selection.ranks_from_top(idx, L) < n)
     rest = vis & ~sel
     P, I = df.prefix_maxima(dist2)
-    got = np.asarray(df._d1_sq_prefix(sel, rest, dist2, idx, P, I, cap=n))
+    got = np.asarray(df._d1_sq_prefix(sel, rest, dist2, idx, P, I))
     want = np.asarray(df._d1_sq(sel, rest, dist2, cap=n, row_block=8))
     np.testing.assert_array_equal(got, want)
     upper = np.asarray(jnp.max(jnp.where(sel, P, -jnp.inf), axis=-1))

@@ -121,8 +121,9 @@ def _check_llama(hf, config):
     value = _given(hf, key, default)
     assert _pos_num(value) and getattr(config, attr) == value, key
   assert config.tie_word_embeddings is _given(hf, "tie_word_embeddings", False)
-  for flag in ("attention_bias", "mlp_bias"):
-    assert hf.get(flag) in (None, False)
+  assert hf.get("mlp_bias") in (None, False)
+  bias = hf.get("attention_bias") in (True,)  # q, k, v and o biases (HF LlamaAttention)
+  assert config.qkv_bias is bias and config.o_bias is bias
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

@@ -170,7 +170,8 @@ def test_unknown_model_type_lists_families(tmp_path):
   cfg["model_type"] = "mamba"
   (d / "config.json").write_text(json.dumps(cfg))
   with pytest.raises(LimitsError, match="model_type='mamba' is not supported; supported "
-                                        "model types: gpt2, llama, gemma3, gemma3_text") as e:
+                                        "model types: gpt2, llama, mistral, qwen2, qwen3, "
+                                        "gemma3, gemma3_text") as e:
     models.load(d)
   _one_line(e)
   (d / "config.json").write_text("{not json")

@@ -13,9 +13,10 @@ from limits.distance.task import DistanceConfig
 from limits.gradient.task import GradientConfig
 from limits.runs import options
 from limits.separability.task import SeparabilityConfig
+from limits.training import RESUME_KEYS, TrainConfig
 from limits.vanishing import VanishingConfig
 
-CONFIGS = (DistanceConfig, GradientConfig, SeparabilityConfig, VanishingConfig)
+CONFIGS = (DistanceConfig, GradientConfig, SeparabilityConfig, VanishingConfig, TrainConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,3 +84,23 @@ def test_shared_settings_keep_one_wording():
   assert helps["VanishingConfig"]["data_dir"] == options.DATA_DIR_HELP
   assert helps["GradientConfig"]["model"] == "For --source=model: " + options.MODEL_HELP
   assert helps["DistanceConfig"]["out_dir"] == "Run directory (default results/distance/<time>)."
+
+
+@pytest.mark.parametrize("args,ok", [
+    (["--seq_len=64", "--n_positions=64", "--short_len=0"], True),
+    (["--seq_len=65", "--n_positions=64", "--short_len=0"], False),
+    (["--seq_len=64", "--short_len=16"], True), (["--seq_len=64", "--short_len=24"], False),
+    (["--n_embd=64", "--n_head=4"], True), (["--n_embd=64", "--n_head=5"], False)])
+def test_cross_checks_of_a_config_on_both_sides(args, ok):
+  fv = _flag_values(TrainConfig)
+  if ok:
+    fv(["prog", *args])
+  else:
+    with pytest.raises(flags.IllegalFlagValueError):
+      fv(["prog", *args])
+
+
+def test_extra_metadata_is_kept():
+  """TrainConfig's resume keys come from the same declaration as its flags."""
+  assert "lr" in RESUME_KEYS and "seed" in RESUME_KEYS and "n_embd" in RESUME_KEYS
+  assert "out_dir" not in RESUME_KEYS and "ckpt_every" not in RESUME_KEYS

@@ -375,7 +375,7 @@ def test_second_sweep_on_a_busy_folder_refuses_then_interrupt_and_resume(tmp_pat
 
 def test_lock_names_the_holder_and_dies_with_it(tmp_path):
   holder = subprocess.Popen(
-      [sys.executable, "-c", "import sys, time; from limits import results; "
+      [sys.executable, "-c", "import sys, time; from limits.runs import results; "
        f"results.lock_dir({str(tmp_path)!r}); print('locked', flush=True); time.sleep(60)"],
       cwd=REPO, stdout=subprocess.PIPE, text=True)
   try:

@@ -63,7 +63,8 @@ from limits.claims.judges_separability import (CAP, FIG3_BAND, FIG3_KNEE, TRACK_
                                                judge_fig3_upper_printed, judge_multihead,
                                                judge_sphere_band, judge_sphere_cap,
                                                judge_thm2_lower)
-from limits.claims.judges_vanishing import (judge_cor1_band, judge_lemma1_bounded,
+from limits.claims.judges_vanishing import (SINK_READING, SINK_SHARE, judge_attention_sinks,
+                                            judge_cor1_band, judge_lemma1_bounded,
                                             judge_lemma1_model)
 from limits.claims.registry import (AMBIGUITIES, BY_ID, CLAIMS, R_DFORM, R_INCL, R_JENSEN, R_KS,
                                     R_LOGIT, R_XBAR)
@@ -79,6 +80,7 @@ __all__ = [
     "NOT_RUN", "NOT_TESTABLE", "PAPER", "PLATEAU_KNEE", "PLATEAU_RATIO", "R_DFORM", "R_INCL",
     "R_JENSEN", "R_KS", "R_LOGIT", "R_XBAR", "Reading", "SLOPE_TOL", "TRACK_TOL", "Verdict",
     "WANTED_FIELDS", "Z", "assess", "combinations", "coverage", "fmt", "in_band",
+    "SINK_READING", "SINK_SHARE", "judge_attention_sinks",
     "judge_cor1_band", "judge_cor3_printed", "judge_cor3_tight", "judge_fig2a_expected_derived",
     "judge_fig2a_expected_printed", "judge_fig2a_true", "judge_fig2b_converge_derived",
     "judge_fig2b_converge_printed", "judge_fig2b_plateau", "judge_fig2b_tightens", "judge_fig2c",

@@ -83,6 +83,8 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       out["lemma1"] = results["lemma1_synthetic"]
     if isinstance(results.get("lemma1_slopes"), Mapping):
       out["lemma1_slopes"] = results["lemma1_slopes"]
+    if isinstance(results.get("sinks"), Mapping):
+      out["sinks"] = results["sinks"]
   elif step.startswith("distance"):
     rows = results.get("summary")
     if isinstance(rows, list) and rows:

@@ -95,6 +95,8 @@ def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None =
     if md["check"] is not None:
       ok, must = md["check"]
       cli.require(name, ok, must, flag_values=fv)
+  for names, ok, message in getattr(config_cls, "CROSS_CHECKS", ()):
+    flags.register_multi_flags_validator(list(names), ok, message=message, flag_values=fv)
 
 
 def config_from_flags(config_cls: type) -> Any:

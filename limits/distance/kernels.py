@@ -10,6 +10,12 @@ query block is two (R, C)·(C, d) products through the Gram identities:
 
   s_N = A_N X (R, d),  c_N = s_N Xᵀ (R, C),  ‖α_i x_i − s‖² = α_i²‖x_i‖² − 2α_i c_i + ‖s‖².
 
+Compile time (what a short run pays): the per-N body is traced once and looped over the K
+values of N (``lax.map``), float32 records are selected as they are (no float64 tie fallback
+is compiled for them) and cast to the compute dtype after, and a layer is one causal block
+below :data:`BLOCKS_FROM_LENGTH` (each block is its own copy of the kernel).
+benchmarks/distance_compile.py measures the first call and the run against an earlier commit.
+
 d_1 is computed only when the bound is verified. Device path: from the per-key prefix maxima
 of the distance matrix (:func:`prefix_maxima`, once per block), exact, with the gather of the
 <= N selected rows only for rows whose farthest pair lies inside I_N (:func:`_d1_sq_prefix`).
@@ -43,16 +49,17 @@ PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
 TOPK_MAX = 128
 
 
-def _block_rows(a, x, sels, ns, lo, *, caps: tuple, inclusion: str, bound: bool,
+def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
                 row_block: int, top_idx=None, printed: bool = False):
   """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form), and
   with ``printed`` the per-row printed E (both x̄ readings) and the E with p = N/L, (R, K, 3).
 
   a: (R, C) their causal weights over the keys 0 … C − 1 they can see (C = lo + R: a causal
-  block reads only its prefix); x: (C, d); sels: K masks (R, C) of I_N; ns: (K,); caps: static
-  (K,) upper bounds of the N values (the size of the d_1 gather). top_idx: None (d_1 by the
-  gather) or (R, k) the keys of each row in selection order (d_1 from the prefix maxima,
-  :func:`_d1_sq_prefix`).
+  block reads only its prefix); x: (C, d); select(k) → (R, C) the mask of I_N for N = ns[k]
+  (k traced); ns: (K,); cap: static upper bound of the N values (the size of the d_1 gather).
+  top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1 from
+  the prefix maxima, :func:`_d1_sq_prefix`). The per-N body is traced once and looped over the
+  K values of N (``lax.map``): its compile time does not grow with K.
   """
   R, C = a.shape
   dt = a.dtype
@@ -67,15 +74,9 @@ def _block_rows(a, x, sels, ns, lo, *, caps: tuple, inclusion: str, bound: bool,
   s_all = a @ x  # (R, d)
   c_all = s_all @ x.T  # (R, C) ⟨x_i, s_all⟩
   q_all = jnp.sum(s_all * s_all, axis=-1)  # (R,)
-  nf = ns.astype(dt)  # (K,)
-  if inclusion == "n_over_l_minus_1":
-    p = nf[None, :] / jnp.maximum(t - 1.0, 1.0)[:, None]
-  else:
-    p = nf[None, :] / t[:, None]
-  p = jnp.clip(p, 0.0, 1.0)  # (R, K)
-  pref = (t[:, None] - nf[None, :]) / t[:, None]  # (R, K)
   ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (R,)
   w2_tot = jnp.sum(w2, axis=-1)  # (R,)
+  cap = min(cap, C)
   if bound:
     gram = x @ x.T
     dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (C, C) ‖x_j − x_i‖²
@@ -89,9 +90,10 @@ def _block_rows(a, x, sels, ns, lo, *, caps: tuple, inclusion: str, bound: bool,
     def printed_sum(coef, c, q):  # coef (R, C) = α_i + N/(L_t − 1)
       terms = coef * coef * n2[None, :] - 2.0 * coef * c + q[:, None]
       return jnp.sum(jnp.where(vis, sqrt0(terms), 0.0), axis=-1)  # (R,)
-  cols, extra = [], []
-  for k in range(ns.shape[0]):
-    sel = sels[k]  # (R, C)
+
+  def per_n(k):  # one N: the (R,) columns of RowStats and the (R, 3) printed E
+    n = ns[k].astype(dt)
+    sel = select(k)  # (R, C)
     rest = vis & ~sel
     a_sel = jnp.where(sel, a, 0.0)
     s = a_sel @ x  # (R, d)
@@ -101,38 +103,49 @@ def _block_rows(a, x, sels, ns, lo, *, caps: tuple, inclusion: str, bound: bool,
     u = s_all - 2.0 * s  # Σ_{rest} α_i x_i − s
     d_norm = sqrt0(jnp.sum(u * u, axis=-1))
     alpha_bar = jnp.sum(a_sel, axis=-1)
-    pk = p[:, k:k + 1]  # (R, 1)
+    if inclusion == "n_over_l_minus_1":
+      p = n / jnp.maximum(t - 1.0, 1.0)
+    else:
+      p = n / t
+    p = jnp.clip(p, 0.0, 1.0)  # (R,)
+    pref = (t - n) / t  # (R,)
+    pk = p[:, None]  # (R, 1)
     e_terms = (1 + pk) ** 2 * w2 - 2 * pk * (1 + pk) * a * c_all + pk * pk * q_all[:, None]
-    expected = pref[:, k] * jnp.sum(jnp.where(vis, sqrt0(e_terms), 0.0), axis=-1)
-    var = (p[:, k] * (1 - p[:, k]) * ratio)[:, None] * (w2_tot[:, None] - w2)
-    gap = pref[:, k] * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
+    expected = pref * jnp.sum(jnp.where(vis, sqrt0(e_terms), 0.0), axis=-1)
+    var = (p * (1 - p) * ratio)[:, None] * (w2_tot[:, None] - w2)
+    gap = pref * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
     if bound:
       r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
-      cap = min(caps[k], C)
       if top_idx is None:
         d1 = sqrt0(_d1_sq(sel, rest, dist2, cap=cap, row_block=row_block))
       else:
-        d1 = sqrt0(_d1_sq_prefix(sel, rest, dist2, top_idx, P, I, cap=cap))
+        d1 = sqrt0(_d1_sq_prefix(sel, rest, dist2, top_idx, P, I))
       spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
       dmax_sum = (m - alpha_bar) * d1 + r_n * spread
       dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
     else:
       d1 = r_n = dmax_sum = dmax_norm = jnp.zeros_like(d_sum)
-    cols.append((d_sum, d_norm, expected, gap, dmax_sum, dmax_norm, alpha_bar, d1, r_n))
-    if printed:
-      coef = a + (nf[k] / jnp.maximum(t - 1.0, 1.0))[:, None]
-      pl = jnp.clip(nf[k] / t, 0.0, 1.0)[:, None]  # (R, 1) N/L_t
-      nl_terms = (1 + pl) ** 2 * w2 - 2 * pl * (1 + pl) * a * c_all + pl * pl * q_all[:, None]
-      extra.append(pref[:, k:k + 1] * jnp.stack(
-          [printed_sum(coef, c_all, q_all), printed_sum(coef, c_mean, q_mean),
-           jnp.sum(jnp.where(vis, sqrt0(nl_terms), 0.0), axis=-1)], axis=-1))  # (R, 3)
-  counted = t[:, None] > nf[None, :]  # (R, K)
-  fields = [jnp.stack(f, axis=-1) for f in zip(*cols)]  # each (R, K)
-  fields = [jnp.where(counted, f, 0.0) for f in fields]
+    cols = (d_sum, d_norm, expected, gap, dmax_sum, dmax_norm, alpha_bar, d1, r_n)
+    if not printed:
+      return cols, None
+    coef = a + (n / jnp.maximum(t - 1.0, 1.0))[:, None]
+    pl = jnp.clip(n / t, 0.0, 1.0)[:, None]  # (R, 1) N/L_t
+    nl_terms = (1 + pl) ** 2 * w2 - 2 * pl * (1 + pl) * a * c_all + pl * pl * q_all[:, None]
+    extra = pref[:, None] * jnp.stack(
+        [printed_sum(coef, c_all, q_all), printed_sum(coef, c_mean, q_mean),
+         jnp.sum(jnp.where(vis, sqrt0(nl_terms), 0.0), axis=-1)], axis=-1)  # (R, 3)
+    return cols, extra
+
+  if ns.shape[0] == 1:  # one N (Algorithm 1): no loop
+    cols, extra = jax.tree.map(lambda v: v[None], per_n(0))
+  else:
+    cols, extra = lax.map(per_n, jnp.arange(ns.shape[0]))  # each (K, R); extra (K, R, 3)
+  counted = t[:, None] > ns[None, :].astype(dt)  # (R, K)
+  fields = [jnp.where(counted, f.T, 0.0) for f in cols]  # each (R, K)
   rows = RowStats(counted, *fields)
   if not printed:
     return rows, None
-  return rows, jnp.where(counted[..., None], jnp.stack(extra, axis=1), 0.0)  # (R, K, 3)
+  return rows, jnp.where(counted[..., None], jnp.swapaxes(extra, 0, 1), 0.0)  # (R, K, 3)
 
 
 def _d1_sq(sel, rest, dist2, *, cap: int, row_block: int):
@@ -167,13 +180,14 @@ def prefix_maxima(dist2):
   return P.T, first.T
 
 
-def _d1_sq_prefix(sel, rest, dist2, idx, P, I, *, cap: int):
+def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
   """d_1² per row (R,) from the per-key prefix maxima, exact; same values as :func:`_d1_sq`.
 
   For query q and selected j, P[q, j] = max over all visible i of ‖x_j − x_i‖², attained first
   at I[q, j]. U = max_j P[q, j] bounds d_1² from above; when some j attains U with I[q, j] not
   selected, that pair is admissible and d_1² = U. The other rows (the farthest pair is within
-  I_N) are recomputed by the gather (:func:`_d1_sq_one`) in a loop over those rows only.
+  I_N) are recomputed from the distance rows of their selected keys (``idx`` holds them: no
+  compaction) in a loop over those rows only.
   idx (R, k): keys in selection order (the first N of them are I_N); P, I (R, C): rows
   lo … hi − 1 of :func:`prefix_maxima`.
   """
@@ -191,14 +205,19 @@ def _d1_sq_prefix(sel, rest, dist2, idx, P, I, *, cap: int):
 
   def body(i, acc):
     q = todo[i]
-    return acc.at[q].set(_d1_sq_one(sel[q], rest[q], dist2, cap))
+    v = jnp.where(in_n[q][:, None] & rest[q][None, :], dist2[idx[q]], -jnp.inf)  # (k, C)
+    return acc.at[q].set(jnp.max(v))  # a fallback row has a selected key and a rest key
 
   return lax.fori_loop(0, jnp.sum(~fine), body, out)
 
 
-# Below this length a layer is one block: the work saved is negligible and every block is
-# compiled as its own copy of the per-N code (4 blocks: ~4× the compile time of 1).
-BLOCKS_FROM_LENGTH = 128
+# Below this length a layer is one block: every block is compiled as its own copy of the
+# kernel (4 blocks: 2.4-3.3× the compile time of 1), and the work saved (38 % of the
+# elementwise passes) shows only at long rows. Embedded model, float64, N = 5, printed E, on 2
+# cores under load 11-15 (layer_kernel timed alone on random causal rows, 4 heads, d = 32):
+# L = 512 runs 0.17 s with 1 block, 0.30 s with 4; L = 1,024 1.36 s vs 1.10 s in one probe,
+# 1.67 s vs 1.69 s in another.
+BLOCKS_FROM_LENGTH = 1024
 
 
 def default_blocks(L: int) -> int:
@@ -220,12 +239,13 @@ def _reduce(parts, printed: bool):
   return reduce_rows(rows), extra
 
 
-@functools.partial(jax.jit, static_argnames=("caps", "inclusion", "bound", "row_block",
+@functools.partial(jax.jit, static_argnames=("cap", "inclusion", "bound", "row_block",
                                              "blocks", "printed"))
-def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, bound: bool,
+def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: bool,
                   row_block: int, blocks: int, printed: bool = False):
   """Host-threshold path: HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d),
-  thr/cut (G, L, K) from :func:`thresholds_from_sorted` (any N up to L)."""
+  thr/cut (G, L, K) from :func:`thresholds_from_sorted` (any N up to L); cap (static) bounds
+  the N values (the d_1 gather size)."""
   L = weights.shape[-1]
 
   def per_head(args):
@@ -235,9 +255,11 @@ def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, boun
       ab = a[lo:hi, :hi]
       kpos = jnp.arange(hi)
       vis = kpos[None, :] <= (lo + jnp.arange(hi - lo))[:, None]
-      sels = [select_thresholds(jnp.where(vis, ab, 0.0), th[lo:hi, k], ct[lo:hi, k], vis,
-                                kpos) for k in range(ns.shape[0])]
-      parts.append(_block_rows(ab, xh[:hi], sels, ns, lo, caps=caps, inclusion=inclusion,
+      av = jnp.where(vis, ab, 0.0)
+      tb, cb = th[lo:hi], ct[lo:hi]  # (R, K)
+      select = lambda k, av=av, vis=vis, kpos=kpos, tb=tb, cb=cb: select_thresholds(
+          av, tb[:, k], cb[:, k], vis, kpos)
+      parts.append(_block_rows(ab, xh[:hi], select, ns, lo, cap=cap, inclusion=inclusion,
                                bound=bound, row_block=row_block, printed=printed))
     return _reduce(parts, printed)
 
@@ -245,18 +267,22 @@ def _layer_kernel(weights, x, thr, cut, ns, *, caps: tuple, inclusion: str, boun
 
 
 @functools.partial(jax.jit, static_argnames=("kmax", "inclusion", "bound", "blocks",
-                                             "printed"))
+                                             "printed", "dtype"))
 def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_1",
-                 bound: bool = True, blocks: int = 4, printed: bool = False):
+                 bound: bool = True, blocks: int = 4, printed: bool = False, dtype=None):
   """Device path, everything under jit: (HeadStats (G, K), printed sums (G, K, 3) or None).
 
   weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
   top kmax + 1 keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie
   rule), I_N as a rank cut, d_1 from the per-key prefix maxima (:func:`_d1_sq_prefix`), the
   printed E (:data:`PRINTED`, sums over counted queries) on the same s, c and causal blocks.
+  ``dtype`` (static, default x's) is the compute dtype: float32 weights (model records) are
+  selected as they are and cast after, so no float64 tie fallback is compiled for them
+  (:func:`limits.selection.top_k_rows`: a float32 row needs none).
   """
   L = weights.shape[-1]
-  caps = (kmax,) * ns.shape[0]
+  dtype = x.dtype if dtype is None else jnp.dtype(dtype)
+  x = x.astype(dtype)
 
   def per_head(args):
     a, xh = args
@@ -266,9 +292,10 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
       vis = jnp.arange(hi)[None, :] <= (lo + jnp.arange(hi - lo))[:, None]
       idx = top_k_rows(jnp.where(vis, ab, 0.0), vis, min(kmax + 1, hi), ns)  # (R, k)
       rank = ranks_from_top(idx, hi)
-      sels = [vis & (rank < ns[k]) for k in range(ns.shape[0])]
-      parts.append(_block_rows(ab, xh[:hi], sels, ns, lo, caps=caps, inclusion=inclusion,
-                               bound=bound, row_block=1, top_idx=idx, printed=printed))
+      select = lambda k, vis=vis, rank=rank: vis & (rank < ns[k])
+      parts.append(_block_rows(ab.astype(dtype), xh[:hi], select, ns, lo, cap=kmax,
+                               inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
+                               printed=printed))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x))
@@ -287,18 +314,23 @@ def _prepare(weights, x, ns, dtype):
 
 
 def _device_arrays(weights, x, dtype):
-  """(weights (B·H, L, L), x (B·H, L, d)) as device arrays of ``dtype``: JAX arrays (e.g. a
-  layer's records) stay on the device, NumPy arrays are placed explicitly."""
+  """(weights (B·H, L, L), x (B·H, L, d), (B, H, L), compute dtype) as device arrays: JAX
+  arrays (e.g. a layer's records) stay on the device, NumPy arrays are placed explicitly.
+  x is cast to the compute dtype (``dtype``, default the weights'); float32 (or narrower)
+  weights stay float32 (exact: the kernel selects on them and casts after), wider ones are
+  cast to the compute dtype."""
   if not isinstance(weights, jax.Array):
     weights = jax.device_put(np.asarray(weights))
   if not isinstance(x, jax.Array):
     x = jax.device_put(np.asarray(x))
-  w = weights.astype(dtype or weights.dtype)
+  compute = jnp.dtype(dtype or weights.dtype)
+  narrow = jnp.issubdtype(weights.dtype, jnp.floating) and weights.dtype.itemsize <= 4
+  w = weights.astype(jnp.float32 if narrow and compute.itemsize > 4 else compute)
   B, H, L, _ = w.shape
-  x = x.astype(w.dtype)
+  x = x.astype(compute)
   if x.ndim == 3:
     x = jnp.broadcast_to(x[:, None], (B, H) + x.shape[1:])
-  return w.reshape(B * H, L, L), x.reshape(B * H, L, x.shape[-1]), (B, H, L)
+  return w.reshape(B * H, L, L), x.reshape(B * H, L, x.shape[-1]), (B, H, L), compute
 
 
 def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed):
@@ -308,10 +340,10 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
     raise LimitsError(f"top-N sizes {ns} must be positive integers")
   nsj = jax.device_put(np.asarray(ns, np.int32))
   if sorted_rows is None and max(ns) <= TOPK_MAX:  # device path: no host round trip
-    wj, xj, (B, H, L) = _device_arrays(weights, x, dtype)
+    wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
     out = layer_kernel(wj, xj, nsj, kmax=min(max(ns), L), inclusion=inclusion, bound=bound,
                        blocks=default_blocks(L) if blocks is None else int(blocks),
-                       printed=printed)
+                       printed=printed, dtype=compute.name)
   else:
     w, x, ns = _prepare(weights, x, ns, dtype)
     B, H, L, _ = w.shape
@@ -320,14 +352,13 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
     wj, xj = jax.device_put(w.reshape(B * H, L, L)), jax.device_put(x.reshape(B * H, L, d))
     srt = sort_rows(w) if sorted_rows is None else sorted_rows
     th = thresholds_from_sorted(w, srt, ns)
-    # The d_1 gather size is static: the Ns themselves when the bound is computed (Alg. 1-2
-    # use a few fixed Ns); without the bound nothing depends on it, so one compile serves
-    # every N.
-    caps = tuple(max(1, min(n, L)) for n in ns) if bound else (1,) * len(ns)
+    # The d_1 gather size is static: the largest N when the bound is computed; without the
+    # bound nothing depends on it, so one compile serves every N.
+    cap = max(1, min(max(ns), L)) if bound else 1
     out = _layer_kernel(wj, xj, jax.device_put(th.thr.reshape(B * H, L, -1)),
                         jax.device_put(th.cut.reshape(B * H, L, -1)), nsj,
-                        caps=caps, inclusion=inclusion, bound=bound,
-                        row_block=max(1, min(L, (1 << 21) // max(max(caps) * L, 1))),
+                        cap=cap, inclusion=inclusion, bound=bound,
+                        row_block=max(1, min(L, (1 << 21) // max(cap * L, 1))),
                         blocks=blocks, printed=printed)
   out = jax.device_get(out)
   return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)

@@ -108,9 +108,11 @@ class ModelEvaluator:
     self.cache_bytes = cache_bytes
     self.layer_source = layer_source
 
-  def _layers(self, tok, dtype):
+  def _layers(self, tok, dtype, *, cast_weights: bool = True):
     """Yields (weights (1, H, L, L), x) as device arrays of ``dtype`` for each layer (the layer
-    kernel reads them where they are: no host round trip)."""
+    kernel reads them where they are: no host round trip). ``cast_weights=False`` keeps the
+    weights in the record's dtype (float32: the layer kernel selects on them exactly and casts
+    after, :func:`limits.distance.kernels.layer_kernel`)."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None
@@ -118,7 +120,8 @@ class ModelEvaluator:
               else self.layer_source(tok))
     for _, rec in layers:
       x = record_vectors(rec, self.vectors, emb)
-      yield jnp.asarray(rec.weights).astype(dtype), jnp.asarray(x).astype(dtype)
+      wts = jnp.asarray(rec.weights)
+      yield (wts.astype(dtype) if cast_weights else wts), jnp.asarray(x).astype(dtype)
       del rec
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
@@ -137,7 +140,7 @@ class ModelEvaluator:
     total = None
     for w in range(tokens.shape[0]):
       layers = []
-      for wts, x in self._layers(tokens[w:w + 1], dtype):
+      for wts, x in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
         if folded:
           hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
                                           dtype=dtype)
@@ -146,7 +149,7 @@ class ModelEvaluator:
           hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype)
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
         if layer_hook is not None and not folded:
-          layer_hook(w, wts, x)
+          layer_hook(w, wts.astype(dtype), x)
         if on_layer is not None:
           on_layer()
       st = concat_heads(layers)

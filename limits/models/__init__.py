@@ -1,4 +1,5 @@
-"""One model API over families (GPT-2, Llama, Gemma 3): load, forward with records, tokenizers.
+"""One model API over families (GPT-2; Llama with its Mistral, Qwen2, Qwen3 adapters; Gemma 3):
+load, forward with records, tokenizers.
 
 - ``load(spec) -> (config, params)``; ``load_config(spec)``; ``load_tokenizer(spec)``;
   ``locate(spec)`` (see ``limits.models.loading`` for the accepted specs: ``tiny``,

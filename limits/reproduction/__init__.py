@@ -376,6 +376,10 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
             "Measured (primary reading) [sample] | Verdict | Robustness | Evidence | Figure |",
             "|---|---|---|---|---|---|---|---|---|---|"]
   lines += table(claims.FINDING)
+  sink = next((r for r in rows if r["id"] == "attention-sinks"), None)
+  if sink is not None:
+    lines += ["", f"Attention sinks (`attention-sinks`: {sink['verdict']}). "
+              + claims.SINK_READING]
   multi = [r for r in rows if len(r["readings"]) > 1]
   if multi:
     lines += ["", "## Every reading (the first is the primary one)", ""]

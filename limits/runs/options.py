@@ -34,14 +34,21 @@ def positive_number(value) -> bool:
 
 POSITIVE_INT: Check = (positive, "be a positive integer")  # an unset None passes
 POSITIVE_NUMBER: Check = (positive_number, "be a positive number")  # finite, > 0
+NONNEGATIVE: Check = (nonnegative, "be >= 0")
 
 
 def option(default: Any, help: str, *, choices: Sequence[str] | None = None,
-           check: Check | None = None, cli: bool = True) -> Any:
+           check: Check | None = None, cli: bool = True, **extra: Any) -> Any:
   """A dataclass field with its command line: ``help``, ``choices`` (an enum flag), ``check``
-  (a validator: one line ``--NAME must ...`` when it fails) and ``cli`` (False: library only)."""
+  (a validator: one line ``--NAME must ...`` when it fails), ``cli`` (False: library only) and
+  any ``extra`` metadata the experiment reads (e.g. ``resume=True``: a training setting a
+  checkpoint must share).
+
+  A rule over several fields is the config class's ``CROSS_CHECKS``: a tuple of
+  ``(field names, predicate over {name: value}, message)``."""
   return dataclasses.field(default=default, metadata={
-      "help": help, "choices": tuple(choices) if choices else None, "check": check, "cli": cli})
+      "help": help, "choices": tuple(choices) if choices else None, "check": check, "cli": cli,
+      **extra})
 
 
 def metadata(field: dataclasses.Field) -> dict:

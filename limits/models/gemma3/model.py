@@ -29,7 +29,7 @@ from limits.models.engine import (AttnRecord, Normalizer, attend, check_stacked_
                                   flat_shapes, stack_params)
 from limits.models.gemma3.config import Config
 from limits.models.llama.model import apply_rope, rope_tables
-from limits.models.llama.model import layer_shapes as llama_layer_shapes
+from limits.models.llama.model import base_layer_shapes as llama_layer_shapes
 
 LAYERS_KEY = "layers"
 Params = dict

@@ -56,7 +56,7 @@ def main(argv):
   out_dir = results_lib.prepare_out_dir(config.out_dir, gradient.EXPERIMENT)
   write = functools.partial(results_lib.write_results, out_dir, gradient.EXPERIMENT,
                             results_lib.config_record(config), seed=config.seed)
-  result = gradient.run(plan, checkpoint=write)
+  result = gradient.run(plan, checkpoint=write, units=gradient.resume_units(config, out_dir))
   gradient_report.write_outputs(out_dir, plan, result, write)
   if config.normalizer == "softmax":  # the paper's claims are about softmax
     from limits.claims import step_report

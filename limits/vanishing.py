@@ -10,7 +10,8 @@ gives max α·L and min α·L. Lemma 1 itself is checked on synthetic bounded lo
 (:func:`sink_scores`, :func:`sink_summary`: the Sink_ε metric of Gu et al. 2025, ε = 0.3).
 :func:`run` writes ``per_head.csv``, ``summary.csv``,
 ``vanishing.png`` and ``results.json`` with the measurements the claims read (no verdicts:
-``limits.claims`` judges them, docs/claims.md), rewritten after every L.
+``limits.claims`` judges them, docs/claims.md), rewritten after every L; an interrupted run
+continues from its last finished L (:mod:`limits.runs.resume`).
 """
 
 from __future__ import annotations
@@ -168,6 +169,34 @@ def length_rows(L: int, acc: dict):
   return per_head, summary
 
 
+def _length_unit(L, tokens, model, check_fn, T, dtype, bar) -> dict:
+  """One L: Corollary 1's causal check of every window, layer and head (a safe point per
+  layer); its per-head rows, summary row and seconds."""
+  import numpy as np
+
+  from limits import records
+  from limits.runs import interrupts
+
+  t0 = time.perf_counter()
+  acc = {}
+  for w in range(tokens.shape[0]):
+    for layer, rec in records.iter_layers(model, tokens[w:w + 1],
+                                          fields=("q", "k", "scores", "weights")):
+      # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
+      window = 0 if rec.window is None else int(rec.window)
+      out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
+                     np.asarray(T, dtype), window=window)
+      out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
+      out["sink_score"] = sink_scores(rec.weights, rec.window)[0]  # (H,)
+      for h in range(model.config.n_head):
+        rows = acc.setdefault((layer, h), [])
+        rows.append({k: float(v[h]) for k, v in out.items()})
+      bar.update(1)
+      interrupts.check()  # a safe point per layer
+  rows_l, summary_l = length_rows(L, acc)
+  return {"rows": rows_l, "summary": summary_l, "seconds": time.perf_counter() - t0}
+
+
 def run(config: VanishingConfig):
   """Runs the experiment and writes its outputs; returns the run directory.
 
@@ -177,9 +206,9 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds, records
+  from limits import bounds
   from limits.runs import parsing
-  from limits.runs import interrupts
+  from limits.runs import interrupts, resume
   from limits.records import sources
   from limits.runs import results as res
   from limits.runs.progress import Progress
@@ -199,6 +228,7 @@ def run(config: VanishingConfig):
   lemma1 = lemma1_synthetic(config.lemma1_a, lengths, config.seed)
   c = model.config
   per_head, summary, timings = [], [], {}
+  units = resume.Units.open(out_dir, EXPERIMENT, record, unit="L")  # limits.runs.resume
   t_start = time.perf_counter()
 
   def flush(final):
@@ -207,31 +237,21 @@ def run(config: VanishingConfig):
     results = {**measurements(per_head, summary), "lemma1_synthetic": lemma1,
                "lemma1_a": config.lemma1_a, "summary": summary, "complete": final, "timings_s": timings,
                "wall_s": time.perf_counter() - t_start, "model": model.info(),
-               "band_source": "log-space, same Δ as limits.bounds.corollary1_band"}
+               "band_source": "log-space, same Δ as limits.bounds.corollary1_band",
+               resume.BLOCK: units.block(final)}
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 
   with Progress(len(lengths) * config.windows * c.n_layer, "vanishing", unit="layer") as bar:
     for L in lengths:
-      t0 = time.perf_counter()
-      acc = {}
-      for w in range(config.windows):
-        for layer, rec in records.iter_layers(model, tokens_by_l[L][w:w + 1],
-                                              fields=("q", "k", "scores", "weights")):
-          # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
-          window = 0 if rec.window is None else int(rec.window)
-          out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
-                         np.asarray(T, dtype), window=window)
-          out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
-          out["sink_score"] = sink_scores(rec.weights, rec.window)[0]  # (H,)
-          for h in range(c.n_head):
-            rows = acc.setdefault((layer, h), [])
-            rows.append({k: float(v[h]) for k, v in out.items()})
-          bar.update(1)
-          interrupts.check()  # a safe point per layer
-      rows_l, summary_l = length_rows(L, acc)
-      per_head += rows_l
-      timings[f"L={L}"] = time.perf_counter() - t0
-      summary.append(summary_l)
+      unit = units.get(f"L={L}")  # finished by an interrupted run of this command
+      if unit is None:
+        unit = units.add(f"L={L}", _length_unit(L, tokens_by_l[L], model, check_fn, T, dtype,
+                                                bar))
+      else:
+        bar.update(config.windows * c.n_layer)
+      per_head += unit["rows"]
+      timings[f"L={L}"] = unit["seconds"]
+      summary.append(unit["summary"])
       flush(False)
       interrupts.check()  # a safe point: this L is written
   if config.plot:

@@ -9,9 +9,10 @@ dispatch the CLI exited under XLA's running threads (segfault, exit 139). Now
 The mechanism is tested in small subprocesses without JAX (fast, deterministic). The CLIs are
 interrupted at seeded moments (:data:`MOMENTS`): each must exit 130 with no traceback and no
 crash, keep the results it wrote, and the same command must then finish in the same folder
-with values identical to an uninterrupted run. One moment runs by default; all of them
-(distance in every mode, separability on model and sphere, gradient, vanishing, sweep,
-reproduce: 21 moments) under ``-m slow``.
+with values identical to an uninterrupted run, continuing from the units it had finished
+(limits.runs.resume; tests/test_resume.py tests each experiment's resume in process). One
+moment runs by default; all of them (distance in every mode, separability on model and sphere,
+gradient, vanishing, sweep, reproduce: 21 moments) under ``-m slow``.
 """
 
 import csv
@@ -163,6 +164,10 @@ CASES = {
                   ["claims"]),
 }
 SWEEP_ENV = {"LIMITS_SWEEP_TOY_DELAY": "0.3"}
+# Cases that resume through limits.runs.resume (results.json "resume"); the sweep skips its
+# recorded cells and reproduce its finished steps instead.
+RESUMED = {c for c in CASES if c.split("_")[0] in ("distance", "separability", "gradient",
+                                                    "vanishing")}
 
 
 def _moments(seed: int = 30):
@@ -261,15 +266,21 @@ def _check_moment(case: str, trigger: str, delay: float, root: Path, tmp: Path):
     assert bad not in both, stderr[-3000:]
   lines = [ln for ln in stderr.splitlines() if ln.startswith(("interrupt", "error"))]
   assert lines[-1] == "interrupted: results written so far are kept in the run directory", lines
+  kept_units = 0
   if before is not None:  # results written before the signal are kept (or extended), whole
     kept = json.loads((out / "results.json").read_text())
     assert kept["experiment"] == json.loads(before)["experiment"]
+    kept_units = len(kept["results"].get("resume", {}).get("partial", {}))
   assert not list(out.glob(".*.tmp")), list(out.glob(".*"))  # no half-written file left
   # The same command finishes in the same folder, with the values of an uninterrupted run.
   module, args = _args(case, root, out)
   again = run_experiment(module, args, env=_env(case), timeout=900)
   assert again.returncode == 0, again.stderr[-3000:]
   assert _values(case, out) == _reference(case, root)
+  if case in RESUMED:  # continued from the units it had finished, not recomputed
+    block = json.loads((out / "results.json").read_text())["results"]["resume"]
+    assert block["resumed"] == kept_units and block["units"] == block["resumed"] + block[
+        "computed"], (block, kept_units)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@
 :func:`run` loads the model and the corpus windows, evaluates every head
 (:class:`limits.distance.model.ModelEvaluator`) and writes ``per_head.csv``, ``summary.csv``,
 ``critical_n.csv``, ``fig2_<mode>.png`` and ``results.json`` (rewritten after every L, so an
-interrupted run keeps what finished). The modes, vector readings (AMBIG-7) and query handling
+interrupted run keeps what finished, and the same command continues from there:
+:mod:`limits.runs.resume`, units per L, for critical_n per L of the search and of the scan). The modes, vector readings (AMBIG-7) and query handling
 (AMBIG-8) are those of docs/ambiguities.md; the claims judged are in docs/claims.md.
 
 - ``vary_length`` (Alg. 1, Fig. 2a): N = 5, L over ``lengths``.
@@ -91,23 +92,31 @@ def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, 
   from limits.runs.progress import Progress
 
   per_head_rows, summary_rows, _ = tables
+  units = state["units"]
   state["ks"] = []
   total = len(tokens_by_l) * config.windows * n_layer
   with Progress(total, f"distance {config.mode}", unit="layer") as bar:
     for L, tokens in tokens_by_l.items():
-      t0 = time.perf_counter()
-      # The paper's printed E (both readings of x̄) and the reconstruction with N/L, from the
-      # same forward, so every reading of the claims can be judged.
-      extra = distance_model.PrintedExpectations(ns)
-      stats = evaluator.head_stats(tokens, ns, n_cap=max(ns), bound=True,
-                                   on_layer=lambda: (bar.update(1), interrupts.check()),
-                                   layer_hook=extra)  # a safe point per layer
-      state["timings"][f"L={L}"] = time.perf_counter() - t0
-      rows, summ, ks = distance_model.tabulate(stats, L, ns, n_layer, n_head, form=config.form)
-      distance_model.add_head_means(rows, summ, extra.means(), ns)
-      per_head_rows += rows
-      summary_rows += summ
-      state["ks"] += ks
+      key = f"L={L}"
+      unit = units.get(key)  # finished by an interrupted run of this command: not recomputed
+      if unit is None:
+        t0 = time.perf_counter()
+        # The paper's printed E (both readings of x̄) and the reconstruction with N/L, from the
+        # same forward, so every reading of the claims can be judged.
+        extra = distance_model.PrintedExpectations(ns)
+        stats = evaluator.head_stats(tokens, ns, n_cap=max(ns), bound=True,
+                                     on_layer=lambda: (bar.update(1), interrupts.check()),
+                                     layer_hook=extra)  # a safe point per layer
+        seconds = time.perf_counter() - t0
+        rows, summ, ks = distance_model.tabulate(stats, L, ns, n_layer, n_head, form=config.form)
+        distance_model.add_head_means(rows, summ, extra.means(), ns)
+        unit = units.add(key, {"rows": rows, "summary": summ, "ks": ks, "seconds": seconds})
+      else:
+        bar.update(config.windows * n_layer)
+      state["timings"][key] = unit["seconds"]
+      per_head_rows += unit["rows"]
+      summary_rows += unit["summary"]
+      state["ks"] += unit["ks"]
       flush()
       interrupts.check()  # a safe point: this L is written
 
@@ -168,33 +177,45 @@ def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush, m
   from limits.runs.progress import Progress
 
   crit, scans = {}, {}
+  units = state["units"]
   state["critical"] = crit
   state["critical_scan"] = scans
   with Progress(len(tokens_by_l), "distance critical_n", unit="L") as bar:
     for L, tokens in tokens_by_l.items():
-      t0 = time.perf_counter()
       n_hi = min(config.max_n or (L - 1), L - 1)
-      found = evaluator.critical_n(tokens, n_hi, alpha=config.ks_alpha, form=config.form,
-                                   method=config.search, batch=config.batch)
-      state["timings"][f"L={L}"] = time.perf_counter() - t0
-      crit[str(L)] = found.as_dict()
-      crit_rows.append({"L": L, "critical_n": found.n,
-                        "ratio": (found.n / L) if found.n else None,
-                        "probes": len(found.evaluated),
-                        "decisions_monotone": found.decisions_monotone,
-                        "pvalues_monotone": found.pvalues_monotone,
-                        "seconds": state["timings"][f"L={L}"]})
-      t1 = time.perf_counter()
-      fn, sample = scan_pvalues(evaluator, tokens, model_config, form=config.form,
-                                seed=config.seed)
-      res = stats.ascending_scan(fn, 1, n_hi, alpha=config.ks_alpha, batch=config.batch,
-                                 until_closed=("printed", "reconstructed"))
-      scans[str(L)] = {"sample": sample, **{k: v.as_dict() for k, v in res.items()}}
-      subs = [v.first_pass for k, v in res.items() if k.startswith("printed_sub")]
-      scans[str(L)]["printed_sub_first_pass"] = {
-          "median": float(np_.median([n for n in subs if n])) if any(subs) else None,
-          "values": subs}
-      state["timings"][f"scan L={L}"] = time.perf_counter() - t1
+      search = units.get(f"search L={L}")  # finished by an interrupted run: not recomputed
+      if search is None:
+        t0 = time.perf_counter()
+        found = evaluator.critical_n(tokens, n_hi, alpha=config.ks_alpha, form=config.form,
+                                     method=config.search, batch=config.batch)
+        seconds = time.perf_counter() - t0
+        search = units.add(f"search L={L}", {
+            "found": found.as_dict(), "seconds": seconds,
+            "row": {"L": L, "critical_n": found.n, "ratio": (found.n / L) if found.n else None,
+                    "probes": len(found.evaluated),
+                    "decisions_monotone": found.decisions_monotone,
+                    "pvalues_monotone": found.pvalues_monotone, "seconds": seconds}})
+      state["timings"][f"L={L}"] = search["seconds"]
+      crit[str(L)] = search["found"]
+      crit_rows.append(search["row"])
+      flush()
+      interrupts.check()  # a safe point: this L's search is written
+      scan = units.get(f"scan L={L}")
+      if scan is None:
+        t1 = time.perf_counter()
+        fn, sample = scan_pvalues(evaluator, tokens, model_config, form=config.form,
+                                  seed=config.seed)
+        res = stats.ascending_scan(fn, 1, n_hi, alpha=config.ks_alpha, batch=config.batch,
+                                   until_closed=("printed", "reconstructed"))
+        found_scan = {"sample": sample, **{k: v.as_dict() for k, v in res.items()}}
+        subs = [v.first_pass for k, v in res.items() if k.startswith("printed_sub")]
+        found_scan["printed_sub_first_pass"] = {
+            "median": float(np_.median([n for n in subs if n])) if any(subs) else None,
+            "values": subs}
+        scan = units.add(f"scan L={L}", {"scan": found_scan,
+                                         "seconds": time.perf_counter() - t1})
+      scans[str(L)] = scan["scan"]
+      state["timings"][f"scan L={L}"] = scan["seconds"]
       bar.update(1)
       flush()
       interrupts.check()  # a safe point: this L is written
@@ -211,6 +232,7 @@ def run(config: DistanceConfig):
   from limits import records
   from limits.distance import model as distance_model
   from limits.records import sources
+  from limits.runs import resume
   from limits.runs import results as res
 
   mode = config.mode
@@ -236,7 +258,10 @@ def run(config: DistanceConfig):
   record["dtype"] = np.dtype(dtype).name
   record["ks_dtype"] = np.dtype(ks_dtype).name
   per_head_rows, summary_rows, crit_rows = [], [], []
-  state = {"timings": {}, "per_l": {}}
+  # Units finished by an interrupted run of this command (limits.runs.resume): per L, and per
+  # L of the critical-N search and of its scan.
+  state = {"timings": {}, "per_l": {},
+           "units": resume.Units.open(out_dir, EXPERIMENT, record, unit="L")}
   t_start = time.perf_counter()
 
   def flush(final=False):
@@ -250,6 +275,7 @@ def run(config: DistanceConfig):
                     "critical_n": state.get("critical"), "ks": state.get("ks")})
     if state.get("critical_scan") is not None:
       results["critical_scan"] = state["critical_scan"]
+    results[resume.BLOCK] = state["units"].block(final)
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 
   if mode in ("vary_length", "vary_n"):

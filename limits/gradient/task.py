@@ -41,9 +41,10 @@ from limits.gradient.rows import (run_temperature, synthetic_rows)
 
 __all__ = ["EXPERIMENT", "GradientConfig", "Plan", "Result", "Rows", "check_temperature_range",
            "default_temperatures", "load_rows", "model_rows", "normalizer_params",
-           "parse_epsilons", "parse_temperatures", "plan", "run"]
+           "parse_epsilons", "parse_temperatures", "plan", "resume_units", "run"]
 
 EXPERIMENT = "gradient"
+UNIT = "t_batch"  # the resumable unit (limits.runs.resume): one batch of temperatures
 DEFAULT_EPSILONS = "1e-3,1e-1,10"
 
 
@@ -201,6 +202,15 @@ def model_rows(model_spec, length, windows, text, data_dir):
   return model, np.asarray(rows), np.asarray(mask, bool), meta
 
 
+def resume_units(config: GradientConfig, out_dir):
+  """The temperature batches an interrupted run of this command left in ``out_dir``
+  (:class:`limits.runs.resume.Units`; none for a new run), to pass to :func:`run`."""
+  from limits.runs import resume
+  from limits.runs import results as res
+
+  return resume.Units.open(out_dir, EXPERIMENT, res.config_record(config), unit=UNIT)
+
+
 # ----------------------------------------------------------------------------- the task
 
 
@@ -249,13 +259,19 @@ def _log(msg: str) -> None:
 
 
 def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
-        log: Callable[[str], None] = _log) -> Result:
+        log: Callable[[str], None] = _log, units=None) -> Result:
   """Runs the experiment of a :func:`plan`: every temperature, ``t_batch`` at a time.
 
   ``checkpoint(results)`` is called after each batch with the results so far
   (``complete=False``), so an interrupted run can keep its finished temperatures.
+  ``units``: a :class:`limits.runs.resume.Units` (unit ``"t_batch"``) holding the batches an
+  interrupted run of the same command finished (:func:`resume_units`); they are taken from
+  there, not recomputed. Each batch is independent of the others (its own direction key
+  ``fold_in(k_dir, first index)``), so the results equal an uninterrupted run's.
   """
   import jax
+
+  from limits.runs import resume
 
   from limits import jacobians, normalizers
   from limits.gradient import screen as gradient_screen
@@ -298,13 +314,15 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   norm_fn = normalizers.get(name, **params)
 
   summaries, per_row = [], []
+  units = units if units is not None else resume.Units(UNIT)
   t0 = time.perf_counter()
 
   def results(complete: bool, seconds: float) -> dict:
     res = {"source": src.source_info, "normalizer": name, "params": params,
            "sampling": sampling, "temperatures": temps, "epsilons": epsilons, "length": L,
            "n_rows": int(rows.shape[0]), "per_temperature": summaries,
-           "temperatures_done": len(summaries), "complete": complete, "seconds": seconds}
+           "temperatures_done": len(summaries), "complete": complete, "seconds": seconds,
+           resume.BLOCK: units.block(complete)}
     return res
 
   # The rows go to the device once; every statistic below runs there (jitted, L2-sized chunks)
@@ -315,9 +333,20 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
     for c0 in range(0, len(temps), c.t_batch):
       chunk = temps[c0:c0 + c.t_batch]  # (K,)
+      key = f"T[{c0}:{c0 + len(chunk)}]"
+      unit = units.get(key)  # finished by an interrupted run of this command
+      if unit is not None:
+        summaries += unit["summaries"]
+        per_row += unit["per_row"]
+        prog.update(len(chunk))
+        if checkpoint is not None:
+          checkpoint(results(False, time.perf_counter() - t0))
+        interrupts.check()
+        continue
       stats = screen.stats(chunk) if screen is not None else None  # {name: (K,)}
       g_all = sensitivity.fd_rows(norm_fn, rows_dev, mask_dev, mask, fd_idx, chunk, epsilons,
                                   jax.random.fold_in(k_dir, c0), dtype=dtype)  # (S, K, E)
+      batch_summaries, batch_rows = [], []
       for j, T in enumerate(chunk):
         s, pr = run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
                                 g_vals=g_all[:, j], fd_idx=fd_idx,
@@ -325,9 +354,12 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
                                 {k: v[j] for k, v in stats.items()},
                                 dense=dense, groups=groups, n_groups=src.n_groups,
                                 dtype_tol=dtype_tol, power_iters=c.power_iters, dtype=dtype)
-        summaries.append(s)
-        per_row.extend(pr)
+        batch_summaries.append(s)
+        batch_rows.extend(pr)
         prog.update(1)
+      units.add(key, {"summaries": batch_summaries, "per_row": batch_rows})
+      summaries += batch_summaries
+      per_row += batch_rows
       if checkpoint is not None:  # an interrupted run keeps every finished temperature
         checkpoint(results(False, time.perf_counter() - t0))
       interrupts.check()  # a safe point: this batch of temperatures is written

@@ -20,8 +20,9 @@ a block of library code) a signal only records itself and writes one line. Long 
 raises :class:`Interrupted` (a ``KeyboardInterrupt``); ``guard`` then waits for computations
 still in flight (:func:`settle`) and exits 130 with the results written so far in the run
 directory; the same command then finishes the run in place (the sweep skips its recorded cells,
-reproduce its finished steps, training resumes from its checkpoint; the other experiments redo
-their run, deterministically, to the same values). A signal after the last safe point still
+reproduce its finished steps, training resumes from its checkpoint; distance, separability,
+gradient and vanishing continue from their last finished unit, :mod:`limits.runs.resume`, to
+the values of an uninterrupted run). A signal after the last safe point still
 ends the CLI with exit 130 once the run has written everything. A second signal stops at once
 with ``os._exit(130)``: no Python code (and no interpreter teardown) runs after it, so it
 cannot crash either, and every file written so far is whole (writes are atomic: temp file +

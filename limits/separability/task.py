@@ -4,7 +4,8 @@
 defaults); :func:`grid` validates the N grid (before JAX starts) and :func:`run` computes and
 writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
 ``results.json`` with the measurements the claims read (``limits.claims`` judges them). Per-N (sphere) or per-layer
-(model) results are written as they finish, so an interrupted run keeps them.
+(model) results are written as they finish, so an interrupted run keeps them; the same command
+continues from the last finished N (sphere) or window (model) (:mod:`limits.runs.resume`).
 
 - ``source="sphere"``: ``heads`` synthetic weight rows over L tokens with fresh points uniform
   on S^{dim-1}(M) for each of ``samples`` Monte Carlo samples
@@ -81,10 +82,12 @@ def grid(config: SeparabilityConfig) -> list[int]:
 
 
 def _write(config, out_dir, rows, ns_done, frac, lower, upper, stderr, heads, meta, final,
-           title):
-  """Writes per_head.csv, summary.csv, results.json (and figure3.png when final)."""
+           title, units):
+  """Writes per_head.csv, summary.csv, results.json (and figure3.png when final); ``units``:
+  the run's :class:`limits.runs.resume.Units` (its block goes into results.json)."""
   import numpy as np
 
+  from limits.runs import resume
   from limits.runs import results as res
   from limits.separability import summary as separability_summary
 
@@ -102,7 +105,16 @@ def _write(config, out_dir, rows, ns_done, frac, lower, upper, stderr, heads, me
       from limits.plotting import separability as splot
 
       splot.figure3(out_dir / "figure3.png", ns_done, frac, lower, upper, title=title)
+  results[resume.BLOCK] = units.block(final)
   res.write_results(out_dir, EXPERIMENT, res.config_record(config), results, seed=config.seed)
+
+
+def _units(config, out_dir, unit):
+  """The units an interrupted run of this command finished (limits.runs.resume)."""
+  from limits.runs import resume
+  from limits.runs import results as res
+
+  return resume.Units.open(out_dir, EXPERIMENT, res.config_record(config), unit=unit)
 
 
 def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
@@ -129,21 +141,30 @@ def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
   rows, fr, lo, up, se, done = [], [], [], [], [], []
   title = (f"sphere S^{c.dim - 1}(M={c.radius:g}), L={L}, alpha={c.alpha_kind}, "
            f"{c.heads} rows x {c.samples} samples")
+  units = _units(c, out_dir, "N")
   with Progress(len(ns) * c.samples, "separability/sphere", unit="samples") as prog:
     for n in ns:
-      t0 = time.perf_counter()
-      mc = sph.monte_carlo_detail(mc_key, alphas, n, c.dim, c.radius, c.samples, c.chunk,
-                                  devices=c.devices, rule=c.rule,
-                                  progress=lambda k: (prog.update(k), interrupts.check()))
-      meta["per_N_seconds"][n] = round(time.perf_counter() - t0, 3)
-      for h in range(c.heads):
-        rows.append({"n": n, "head": h, "frac": mc.mean[h], "stderr": mc.stderr[h],
-                     "lower": mc.mean_lower[h], "lower_raw": mc.mean_lower_raw[h],
-                     "upper": mc.mean_upper[h], "r": mc.mean_r[h], "delta": mc.mean_delta[h],
-                     "samples": c.samples})
-      fr.append(mc.mean); lo.append(mc.mean_lower); up.append(mc.mean_upper)
-      se.append(mc.stderr); done.append(n)
-      _write(c, out_dir, rows, done, fr, lo, up, se, c.heads, meta, n == ns[-1], title)
+      unit = units.get(f"N={n}")  # finished by an interrupted run of this command
+      if unit is None:
+        t0 = time.perf_counter()
+        mc = sph.monte_carlo_detail(mc_key, alphas, n, c.dim, c.radius, c.samples, c.chunk,
+                                    devices=c.devices, rule=c.rule,
+                                    progress=lambda k: (prog.update(k), interrupts.check()))
+        unit = units.add(f"N={n}", {
+            "seconds": round(time.perf_counter() - t0, 3),
+            "rows": [{"n": n, "head": h, "frac": mc.mean[h], "stderr": mc.stderr[h],
+                      "lower": mc.mean_lower[h], "lower_raw": mc.mean_lower_raw[h],
+                      "upper": mc.mean_upper[h], "r": mc.mean_r[h], "delta": mc.mean_delta[h],
+                      "samples": c.samples} for h in range(c.heads)],
+            "frac": mc.mean, "lower": mc.mean_lower, "upper": mc.mean_upper,
+            "stderr": mc.stderr})
+      else:
+        prog.update(c.samples)
+      meta["per_N_seconds"][n] = unit["seconds"]
+      rows += unit["rows"]
+      fr.append(unit["frac"]); lo.append(unit["lower"]); up.append(unit["upper"])
+      se.append(unit["stderr"]); done.append(n)
+      _write(c, out_dir, rows, done, fr, lo, up, se, c.heads, meta, n == ns[-1], title, units)
       interrupts.check()  # a safe point: this N is written
 
 
@@ -198,12 +219,25 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
     per = lambda f: np.stack([(sums[:, :, k, fields.index(f)] / np.maximum(
         sums[:, :, k, fields.index("count")], 1)).reshape(-1) for k in ks]) if ks else None
     _write(c, out_dir, rows, [ns[k] for k in ks], per("frac"), per("lower"), per("upper"),
-           None, H, meta, final, title)
+           None, H, meta, final, title, units)
 
+  # A unit is a window: its (NL, H, K, F) sums, added to the running sums in the same order
+  # (layer by layer, window by window) whether restored or computed, so the bits agree.
+  units = _units(c, out_dir, "window")
   t0 = time.perf_counter()
   with Progress(c.windows * NL, "separability/model", unit="layers") as prog:
     for w in range(c.windows):
       last = c.windows - 1
+      unit = units.get(f"window={w}")  # finished by an interrupted run of this command
+      if unit is not None:
+        for layer in range(NL):
+          sums[layer] += unit["sums"][layer]
+        prog.update(NL)
+        meta["seconds"] = round(time.perf_counter() - t0, 3)
+        emit(final=w == last)
+        interrupts.check()
+        continue
+      window_sums = np.zeros_like(sums)                                # (NL, H, K, F)
       for layer, rec in records.iter_layers(model, tokens[w:w + 1],
                                             fields=record_fields(c.vectors)):
         weights = jnp.asarray(rec.weights[0], dtype)                   # (H, L, L) on device
@@ -212,9 +246,12 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
           x = jnp.broadcast_to(x[None], (H,) + x.shape)
         v = x                                                          # (H, L, d)
         del rec
-        sums[layer] += np.asarray(separability_model.layer_sums(   # selection on device
-            weights, v, ns, c.radius, rule=c.rule), np.float64)
-        prog.update(1)                                                 # (H, K, F) added
+        window_sums[layer] = np.asarray(separability_model.layer_sums(  # selection on device
+            weights, v, ns, c.radius, rule=c.rule), np.float64)          # (H, K, F)
+        sums[layer] += window_sums[layer]
+        prog.update(1)
+        if layer == NL - 1:
+          units.add(f"window={w}", {"sums": window_sums})
         if w == 0 or layer == NL - 1:
           meta["seconds"] = round(time.perf_counter() - t0, 3)
           emit(final=(w == last and layer == NL - 1))

@@ -1,4 +1,4 @@
-"""The gradient step's one-pass screen (limits.gradient_screen): the bracket against dense
+"""The gradient step's one-pass screen (limits.gradient.screen): the bracket against dense
 eigvalsh, the decisions against the exact norm of every (row, T), the causal-span g(T, ε)
 against the full-length one, and no implicit host transfer in the per-layer statistics."""
 
@@ -9,7 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import bounds, gradient_rows, gradient_screen, normalizers, sensitivity
+from limits import bounds, normalizers
+from limits.gradient import rows as gradient_rows
+from limits.gradient import screen as gradient_screen
+from limits.gradient import sensitivity
 
 TS = np.logspace(-3, 2, 26)
 
@@ -173,7 +176,7 @@ def test_screen_decisions_equal_all_float64_on_the_embedded_model():
   """Every (layer, head, query) row of the embedded model at L = 64, 26 temperatures: the
   float32 screen + float64 Newton gives the counts of the all-float64 Newton path, and the
   max T‖J‖ to 1e-14 relative; the screen decides most pairs (the point of it)."""
-  from limits import sources
+  from limits.records import sources
 
   with jax.enable_x64(True):
     model = sources.load_model("tiny")
@@ -234,7 +237,7 @@ def test_counterexample_closed_form_and_its_numeric_check():
 
 
 # ----------------------------------------------------------------------------- gradient_rows
-# In-process checks of limits/gradient_rows.py (the CLI tests run it in a subprocess, which a
+# In-process checks of limits/gradient/rows.py (the CLI tests run it in a subprocess, which a
 # mutation run cannot see); references: numpy's SVD of (diag α − ααᵀ)/T and closed forms.
 
 

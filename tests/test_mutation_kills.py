@@ -14,14 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import bounds, results, stats
+from limits import bounds, stats
+from limits.runs import results
 from limits.errors import LimitsError
 from limits.claims import assessment
 from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Claim, Reading, Verdict
 from limits.claims.judges_distance import judge_fig2b_converge_printed
 from limits.claims.judges_gradient import judge_cor3_printed
 from limits.selection import sort_desc
-from limits.separability_rows import count_distinguishable, row_stats
+from limits.separability.rows import count_distinguishable, row_stats
 
 
 # (a) bounds.lemma1_check: both sides C1/L <= alpha_i and alpha_i <= C2/L are counted. -----------

@@ -119,7 +119,8 @@ def test_device_selection_equals_float64_on_the_embedded_model():
   """Every causal row of every layer of the embedded model at L = 256: the device top-k
   selection (float32 keys, float64 recheck) selects exactly the float64 I_N of a stable NumPy
   sort for every N of Algorithms 1, 2 and 4."""
-  from limits import models, sources
+  from limits import models
+  from limits.records import sources
 
   model = sources.load_model("tiny")
   rng = np.random.default_rng(0)

@@ -45,11 +45,11 @@ GROUPS = {
                 "tests/test_vector_readings.py", "tests/test_mutation_kills.py"]),
     # The rows group runs the in-process tests of the three modules. Left out, as they test
     # other modules and cost minutes per mutant on 2 busy cores: tests/test_distance_fast.py
-    # (the fused layer kernels of limits/distance_fast.py, whose references these modules
-    # are), the device/sharding paths of limits/separability.py, and the CLI subprocesses
+    # (the fused layer kernels of limits/distance/kernels.py, whose references these modules
+    # are), the device/sharding paths of limits/separability/, and the CLI subprocesses
     # (invisible to mutmut).
-    "rows": (["limits/separability_rows.py", "limits/distance_rows.py",
-              "limits/gradient_rows.py"],
+    "rows": (["limits/separability/rows.py", "limits/distance/rows.py",
+              "limits/gradient/rows.py"],
              ["tests/test_separability.py", "tests/test_distance.py",
               "tests/test_gradient_screen.py", "tests/test_gradient_robustness.py",
               "tests/test_mutation_kills.py"]),

@@ -96,7 +96,8 @@ def main(argv):
   import jax
   import jax.numpy as jnp
 
-  from limits import gpt2
+  from limits import models
+  from limits.models import gpt2
 
   dtype = jnp.dtype(FLAGS.dtype)
   config = gpt2.Config()  # GPT-2 124M
@@ -122,7 +123,7 @@ def main(argv):
   }
   rows = []
   for name, kw in cases.items():
-    sec = _time(lambda: gpt2.forward(params, tokens, config, **kw), FLAGS.repeats)
+    sec = _time(lambda: models.forward(params, tokens, config, **kw), FLAGS.repeats)
     flops = forward_flops(config, FLAGS.batch, FLAGS.length, kw.get("lm_head", True))
     rows.append(dict(case=name, seconds=sec, tokens_per_s=FLAGS.batch * FLAGS.length / sec,
                      tflops=flops / sec / 1e12, frac_measured_peak=flops / sec / peak,
@@ -167,7 +168,7 @@ def step_table(out: Path, model: str, quick: bool, rates, windows=None) -> tuple
   """Per-step rows (status, seconds, work, floor, ratio) of a reproduction in ``out`` and the
   Markdown table."""
   from limits import reproduction as rp
-  from limits import sources
+  from limits.records import sources
 
   try:
     steps = json.loads((out / "results.json").read_text())["results"]["steps"]
@@ -210,8 +211,8 @@ def reproduce_within_budget() -> dict:
   with tempfile.TemporaryDirectory() as tmp:
     model = FLAGS.reproduce_model
     if model == "random124m":
-      from limits import gpt2
-      from limits.gpt2.testing import make_random_model_dir
+      from limits.models import gpt2
+      from limits.models.gpt2.testing import make_random_model_dir
 
       c = gpt2.Config()
       model = str(make_random_model_dir(f"{tmp}/model", n_layer=c.n_layer, n_head=c.n_head,

@@ -50,7 +50,7 @@ def load_model(spec: str, seed: int = 0):
   import jax
 
   if spec == "gpt2_124m":
-    from limits import gpt2
+    from limits.models import gpt2
 
     config = gpt2.Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024,
                          vocab_size=50257)
@@ -58,3 +58,53 @@ def load_model(spec: str, seed: int = 0):
   from limits import models
 
   return models.load(spec)
+
+
+# Modules that moved on 2026-12-05 (issue 26: a package per theorem): a reference taken from a
+# commit before the move names them by their old paths.
+RENAMED = {
+    "limits/distance/kernels.py": "limits/distance_fast.py",
+    "limits.distance.heads": "limits.distance_heads", "limits.distance.rows": "limits.distance_rows",
+    "limits.distance.kernels": "limits.distance_fast", "limits.distance.model": "limits.distance_model",
+    "limits.distance.printed": "limits.printed",
+}
+
+
+def module_at(rev: str, path: str, name: str):
+  """The module at ``path`` (relative to the repository root) as it was at git revision
+  ``rev``, loaded under ``name`` beside the current one (it must import only modules that
+  still exist; a module that moved in the 2026-12-05 layout is read from its old path and its
+  imports of moved modules are pointed at their new homes). Exits with one line if git cannot
+  show it."""
+  import importlib.util
+  import re
+  import subprocess
+  import sys
+  import tempfile
+  from pathlib import Path
+
+  root = Path(__file__).resolve().parents[1]
+
+  def show(p):
+    return subprocess.run(["git", "show", f"{rev}:{p}"], cwd=root, check=True,
+                          capture_output=True, text=True).stdout
+
+  try:
+    src = show(path)
+  except (OSError, subprocess.CalledProcessError) as e:
+    old = RENAMED.get(path)
+    try:
+      src = show(old) if old else None
+    except (OSError, subprocess.CalledProcessError):
+      src = None
+    if src is None:
+      sys.exit(f"error: cannot read {path} at --ref={rev!r} ({e})")
+    for new_name, old_name in RENAMED.items():
+      if "/" not in new_name:
+        src = re.sub(rf"\b{re.escape(old_name)}\b", new_name, src)
+  file = Path(tempfile.mkdtemp()) / f"{name}.py"
+  file.write_text(src)
+  spec = importlib.util.spec_from_file_location(name, file)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod

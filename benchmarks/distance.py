@@ -129,7 +129,7 @@ def main(argv):
         f"{json.dumps(report['agreement'])}")
   text = json.dumps(report, indent=2, default=float)
   if FLAGS.out:
-    from limits.results import atomic_write_text
+    from limits.runs.results import atomic_write_text
 
     atomic_write_text(FLAGS.out, text + "\n")
 

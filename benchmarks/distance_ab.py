@@ -2,7 +2,7 @@ r"""One layer of Theorem 1's fast path against the same module at an earlier com
 
   python -m benchmarks.distance_ab --ref=3bd29db [--model=smollm2] [--length=1024] [--pairs=3]
 
-Loads ``limits/distance_fast.py`` as it was at ``--ref`` (``git show``; it must import only
+Loads ``limits/distance/kernels.py`` as it was at ``--ref`` (``git show``; it must import only
 modules that still exist) beside the current one, takes one layer's weights and value vectors
 from the model (random tokens: only the time matters), checks that both give the same
 HeadStats (1e-12 relative, float64), then times ``layer_stats`` for each case, reference and
@@ -13,15 +13,11 @@ Cases: N = 5 with the bound (Algorithm 1 at one L), N ∈ {1, 5, 10, 20, 100} wi
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 from absl import app, flags
 
-flags.DEFINE_string("ref", "HEAD", "Git revision of the reference limits/distance_fast.py.")
+from benchmarks import common
+
+flags.DEFINE_string("ref", "HEAD", "Git revision of the reference limits/distance/kernels.py.")
 flags.DEFINE_string("model", "smollm2", "tiny, gpt2_124m (random weights), smollm2, or a dir.")
 flags.DEFINE_integer("length", 1024, "Window length L.")
 flags.DEFINE_integer("layer", 1, "Which layer's records to use.")
@@ -31,18 +27,7 @@ FLAGS = flags.FLAGS
 
 
 def _load_ref(rev: str):
-  root = Path(__file__).resolve().parents[1]
-  try:
-    src = subprocess.run(["git", "show", f"{rev}:limits/distance_fast.py"], cwd=root,
-                         check=True, capture_output=True, text=True).stdout
-  except (OSError, subprocess.CalledProcessError) as e:
-    sys.exit(f"error: cannot read limits/distance_fast.py at --ref={rev!r} ({e})")
-  path = Path(tempfile.mkdtemp()) / "distance_fast_ref.py"
-  path.write_text(src)
-  spec = importlib.util.spec_from_file_location("distance_fast_ref", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  return common.module_at(rev, "limits/distance/kernels.py", "distance_fast_ref")
 
 
 def main(argv):
@@ -53,8 +38,8 @@ def main(argv):
   import jax.numpy as jnp
   import numpy as np
 
-  from benchmarks import common
-  from limits import distance_fast as ours, models
+  from limits import models
+  from limits.distance import kernels as ours
 
   ref = _load_ref(FLAGS.ref)
   config, params = common.load_model(FLAGS.model)
@@ -70,7 +55,7 @@ def main(argv):
            "alg3": ("8 N, no bound, float32", w32, x32, list(range(1, 9)), False)}
   cases = [cases[c] for c in FLAGS.cases.split(",")]
   print(f"{FLAGS.model}, L = {L}, layer {FLAGS.layer}, heads {w.shape[1]}, d_head {x.shape[-1]}; "
-        f"reference = limits/distance_fast.py at {FLAGS.ref}", flush=True)
+        f"reference = limits/distance/kernels.py at {FLAGS.ref}", flush=True)
   for name, wc, xc, ns, bound in cases:
     srt = ours.sort_rows(wc)
     run = {m: (lambda m=m: m.layer_stats(wc, xc, ns, bound=bound, sorted_rows=srt))

@@ -10,7 +10,7 @@ in this process (benchmarks.common), per layer:
 
   alg1  N = 5, bound verified, printed E  (distance_vary_length at one L)
         old: host sort + thresholds + d_1 gather (layer_stats(sorted_rows=...)), then the
-             printed-E hook on the full L² (limits.printed.layer_expectation_means)
+             printed-E hook on the full L² (limits.distance.printed.layer_expectation_means)
         new: limits.distance.layer_stats_printed (device top-k, prefix-max d_1, printed E in
              the same causal blocks)
   alg2  N ∈ {1, 5, 10, 20, 100}, the same two paths (distance_vary_n)
@@ -88,7 +88,8 @@ def layer_records(spec: str, L: int, layers):
   """[(layer, weights (1, H, L, L) float64, v (1, H, L, d) float64)] from one forward."""
   import numpy as np
 
-  from limits import models, sources
+  from limits import models
+  from limits.records import sources
 
   model = sources.load_model(spec)
   tok = sources.corpus_windows(model, L, 1)
@@ -112,10 +113,12 @@ def _max_rel(a, b) -> float:
 
 def distance_paths(w, v, ns):
   """(old, new) callables for one layer of Algorithms 1/2; each returns (HeadStats, means)."""
-  from limits import distance_fast, printed
+  from limits.distance import printed
+  from limits import selection
+  from limits.distance import kernels as distance_fast
 
   def old():
-    st = distance_fast.layer_stats(w, v, ns, sorted_rows=distance_fast.sort_rows(w))
+    st = distance_fast.layer_stats(w, v, ns, sorted_rows=selection.sort_rows(w))
     return st, printed.layer_expectation_means(w[0], v[0], ns)
 
   def new():
@@ -129,7 +132,7 @@ def separability_paths(w, v, ns):
   import jax.numpy as jnp
   import numpy as np
 
-  from limits import separability_model as sm
+  from limits.separability import model as sm
 
   wj, vj = jnp.asarray(w[0]), jnp.asarray(v[0])
 
@@ -188,7 +191,7 @@ def main(argv):
           flush=True)
   report["load_1min_end"] = os.getloadavg()[0]
   if FLAGS.out:
-    from limits.results import atomic_write_text
+    from limits.runs.results import atomic_write_text
 
     atomic_write_text(FLAGS.out, json.dumps(report, indent=2, default=float) + "\n")
 

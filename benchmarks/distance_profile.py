@@ -42,7 +42,7 @@ def main(argv):
   import numpy as np
 
   from benchmarks import common
-  from limits import distance, models
+  from limits import distance, models, selection
 
   r = FLAGS.repeats
   for dt in (jnp.float32, jnp.float64):
@@ -75,9 +75,9 @@ def main(argv):
   print(f"{FLAGS.model}, L = {L}: forward with records {_best(fwd, r):.2f} s", flush=True)
   _, rec = next(iter(models.iter_layers(params, jnp.asarray(tok), config)))
   w, x = np.asarray(rec.weights, np.float64), np.asarray(rec.v, np.float64)
-  srt = distance.sort_rows(w)
+  srt = selection.sort_rows(w)
   items = [
-      ("sort_rows, one layer", lambda: distance.sort_rows(w)),
+      ("sort_rows, one layer", lambda: selection.sort_rows(w)),
       ("layer_stats N = 5, bound, float64", lambda: distance.layer_stats(w, x, [5], sorted_rows=srt)),
       ("layer_stats N = 5, no bound, float64",
        lambda: distance.layer_stats(w, x, [5], bound=False, sorted_rows=srt)),
@@ -85,7 +85,7 @@ def main(argv):
        lambda: distance.layer_stats(w, x, [1, 5, 10, 20, 100], sorted_rows=srt)),
   ]
   w32, x32 = w.astype(np.float32), x.astype(np.float32)
-  s32 = distance.sort_rows(w32)
+  s32 = selection.sort_rows(w32)
   items.append(("layer_stats 8 N, no bound, float32 (one KS probe)",
                 lambda: distance.layer_stats(w32, x32, list(range(1, 9)), bound=False,
                                              sorted_rows=s32)))

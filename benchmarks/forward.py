@@ -37,6 +37,7 @@ import time
 from absl import app, flags
 
 from limits import cli
+from limits.runs import options, parsing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "gpt2_124m", ["gpt2_124m", "smollm2", "gemma3-270m"],
@@ -46,7 +47,7 @@ flags.DEFINE_integer("pairs", 5, "Alternating timed rounds per L (median ratio r
 flags.DEFINE_integer("seed", 0, "Seed for the random weights and tokens.")
 flags.DEFINE_string("impls", "hf,ours,ours_stream", "Which implementations to run.")
 flags.DEFINE_string("out", "", "Optional path of a JSON file for the results.")
-flags.register_validator("pairs", cli.positive, "--pairs must be positive")
+flags.register_validator("pairs", options.positive, "--pairs must be positive")
 
 IMPLS = ("hf", "ours", "ours_stream")
 
@@ -168,7 +169,7 @@ def measure(model: str, lengths, pairs: int, impls, seed: int) -> list[dict]:
 
 def main(argv):
   del argv
-  lengths = cli.parse_ints(FLAGS.lengths, "lengths")
+  lengths = parsing.parse_ints(FLAGS.lengths, "lengths")
   impls = tuple(s.strip() for s in FLAGS.impls.split(",") if s.strip())
   bad = [s for s in impls if s not in IMPLS]
   if bad or not impls:
@@ -185,7 +186,7 @@ def main(argv):
         parts.append(f"{name} {q['median']:.2f}x [{q['min']:.2f}–{q['max']:.2f}]")
     print(" | ".join(parts))
   if FLAGS.out:
-    from limits.results import write_json
+    from limits.runs.results import write_json
 
     write_json(FLAGS.out, {"rows": rows})
 

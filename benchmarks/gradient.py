@@ -11,9 +11,10 @@ alternating in one process (``benchmarks.common.alternate``; compiles excluded):
 - all rows: reference = the exact norm of every (row, T) by Newton in blocks of 4M elements
   (``sensitivity.softmax_norms``) and Lemma 2's bound on the host (``lemma2_all_rows``); ours =
   ``gradient_screen.Screen.stats`` (float32 bracket, Newton on the open pairs only);
-- g(T, ε) on ``--fd_rows`` sampled rows per (layer, head): reference = full-length padded rows
-  in 4M-element blocks from a Python loop (the step before this change); ours =
-  ``sensitivity.fd_rows`` (rows cut to their causal span, L2-sized chunks under jit);
+- g(T, ε) on ``--fd_rows`` sampled rows per (layer, head): reference = ``sensitivity.fd_rows``
+  with the masked ``normalizers.softmax`` (rows cut to their causal span, L2-sized chunks; the
+  step at c5f0aa7); ours = the same with the softmax on −inf-masked logits and one reciprocal
+  per row (``gradient_rows._softmax_inf``). Agreement: max |Δg|·ε (‖Δα‖ units);
 - the tied-top-two counterexample at one T: reference = jacfwd + the closed-form J and a dense
   SVD of each at length L (``gradient_rows._exact_block``); ours =
   ``gradient_rows.counterexample`` (closed form, numeric check at length 8).
@@ -65,33 +66,13 @@ def _rates() -> dict:
   return out
 
 
-def _reference_fd(norm_fn, rows, mask, Ts, eps, key, block_elems=1 << 22):
-  """g(T, ε) as the step computed it before: full-length rows, padded blocks, a Python loop."""
-  import jax
-  import jax.numpy as jnp
-
-  from limits import gradient_rows
-
-  S, L = rows.shape
-  out = np.zeros((S, Ts.size, eps.size))
-  block = min(S, max(1, block_elems // (L * Ts.size * (eps.size + 1))))
-  keys = jax.random.split(key, S)
-  for s in range(0, S, block):
-    n = min(block, S - s)
-    lb, mb = np.zeros((block, L)), np.zeros((block, L), bool)
-    lb[:n], mb[:n] = rows[s:s + n], mask[s:s + n]
-    kb = keys[np.minimum(np.arange(s, s + block), S - 1)]
-    out[s:s + n] = np.asarray(gradient_rows.g_rows(norm_fn, jnp.asarray(lb), jnp.asarray(mb),
-                                                   jnp.asarray(Ts), jnp.asarray(eps), kb))[:n]
-  return out
-
-
 def main(argv):
   del argv
   cli.setup_precision(True)
   import jax
 
-  from limits import gradient, sources
+  from limits.gradient import task as gradient
+  from limits.records import sources
 
   if FLAGS.parts == ["cex"]:  # needs no model: one tied-top-two row of length L
     _part_cex(FLAGS.length, np.asarray(gradient.default_temperatures()), 100 * 2.0 ** -52)
@@ -133,7 +114,9 @@ def main(argv):
 
 def _part_rows(rows, rows64, mask, Ts, rtol, rates):
   from benchmarks import common
-  from limits import gradient_rows, gradient_screen, sensitivity
+  from limits.gradient import rows as gradient_rows
+  from limits.gradient import screen as gradient_screen
+  from limits.gradient import sensitivity
 
   R = rows.shape[0]
   vis = int(mask.sum())
@@ -151,26 +134,42 @@ def _part_rows(rows, rows64, mask, Ts, rtol, rates):
 
 
 def _part_g(model, rows, rows64, mask, meta, Ts, eps, rates):
+  """g(T, ε): reference = ``sensitivity.fd_rows`` with the masked ``normalizers.softmax`` (the
+  step at c5f0aa7: rows cut to their span, L2-sized chunks); ours = the same with
+  ``normalizers.get("softmax")``, which ``gradient_rows.g_rows`` runs on −inf-masked logits
+  with one reciprocal per row (``gradient_rows._softmax_inf``)."""
   import jax
 
   from benchmarks import common
-  from limits import normalizers, sensitivity
+  from limits import normalizers
+  from limits.gradient import sensitivity
 
   groups = np.asarray(meta["layer"]) * model.config.n_head + np.asarray(meta["head"])
   idx = sensitivity.sample_rows(groups, FLAGS.fd_rows, FLAGS.seed)
   key = jax.random.key(FLAGS.seed)
   norm_fn = normalizers.get("softmax")
+  masked = _masked_softmax  # the generic path of g_rows (not recognised as plain softmax)
   rows_d, mask_d = jax.device_put(rows), jax.device_put(mask)
-  ref_g = lambda: _reference_fd(norm_fn, rows64[idx], mask[idx], Ts, eps, key)
+  ref_g = lambda: sensitivity.fd_rows(masked, rows_d, mask_d, mask, idx, Ts, eps, key,
+                                      dtype=np.float64)
   ours_g = lambda: sensitivity.fd_rows(norm_fn, rows_d, mask_d, mask, idx, Ts, eps, key,
                                        dtype=np.float64)
   b = common.alternate(ref_g, ours_g, FLAGS.pairs)
-  diff = float(np.max(np.abs(ref_g() - ours_g()) / np.maximum(np.abs(ref_g()), 1e-300)))
+  r, o = ref_g(), ours_g()
+  rel = float(np.max(np.abs(r - o) / np.maximum(np.abs(r), 1e-300)))
+  scaled = float(np.max(np.abs(r - o) * eps))  # |Δg|·ε: the difference in ‖Δα‖ units
   floor_b = int(mask[idx].sum()) * Ts.size * (eps.size + 1) / rates["float64"]
   print(common.line(f"g(T, eps) on {idx.size} rows", b)
-        + f"; ours/floor {b['ours_median_s'] / floor_b:.1f}x (floor {floor_b:.2f} s); max rel "
-        f"diff {diff:.1e}", flush=True)
+        + f"; ours/floor {b['ours_median_s'] / floor_b:.1f}x, reference/floor "
+        f"{b['ref_median_s'] / floor_b:.1f}x (floor {floor_b:.2f} s); max |Δg|·ε {scaled:.1e} "
+        f"(max rel {rel:.1e}, from g at rounding level)", flush=True)
   return b, floor_b
+
+
+def _masked_softmax(z, mask=None):
+  from limits import normalizers
+
+  return normalizers.softmax(z, mask=mask)
 
 
 def _part_cex(L, Ts, rtol):
@@ -178,7 +177,7 @@ def _part_cex(L, Ts, rtol):
   import jax.numpy as jnp
 
   from benchmarks import common
-  from limits import gradient_rows
+  from limits.gradient import rows as gradient_rows
 
   T = float(Ts[0])
   cl, cm = jax.device_put(jnp.zeros((1, L))), jax.device_put(jnp.arange(L)[None] < 2)

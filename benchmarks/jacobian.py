@@ -31,6 +31,7 @@ import time
 from absl import app, flags
 
 from limits import cli
+from limits.runs import parsing
 from limits.errors import LimitsError
 
 flags.DEFINE_string("lengths", "128,1024,4096", "Row lengths L.")
@@ -104,7 +105,7 @@ def main(argv):
   cli.setup_precision(FLAGS.x64)
   import jax
 
-  lengths = cli.parse_ints(FLAGS.lengths, "lengths")
+  lengths = parsing.parse_ints(FLAGS.lengths, "lengths")
   for L in lengths:
     if L < 2:
       raise LimitsError(f"length {L} is not allowed; every L must be >= 2")
@@ -138,7 +139,8 @@ def all_rows_norms(L: int) -> dict:
   import numpy as np
 
   from benchmarks import common
-  from limits import jacobians, sensitivity
+  from limits import jacobians
+  from limits.gradient import sensitivity
 
   with jax.enable_x64(True):
     rng = np.random.default_rng(FLAGS.seed)

@@ -1,5 +1,5 @@
 """Mean next-token loss (nats/token) of a model on the corpus: the first ``--windows``
-consecutive L-token windows of *War and Peace* (``limits.sources.corpus_windows``), each scored
+consecutive L-token windows of *War and Peace* (``limits.records.sources.corpus_windows``), each scored
 as given and with a BOS token prepended (``--bos``; Gemma 3 is trained with BOS = 2 first, the
 tokenizer's ``encode`` adds none). The same L − 1 targets are scored both ways.
 
@@ -13,7 +13,7 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_string("model", "smollm2", "Model spec (limits.sources.load_model).")
+flags.DEFINE_string("model", "smollm2", "Model spec (limits.records.sources.load_model).")
 flags.DEFINE_integer("length", 512, "Window length L.", lower_bound=2)
 flags.DEFINE_integer("windows", 1, "Consecutive windows from the start of the body.",
                      lower_bound=1)
@@ -26,7 +26,8 @@ def main(argv):
   import jax.numpy as jnp
   import numpy as np
 
-  from limits import models, sources
+  from limits import models
+  from limits.records import sources
   from limits.scorecard.loss import next_token_nll
 
   t0 = time.perf_counter()

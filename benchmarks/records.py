@@ -17,7 +17,7 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_string("model", "smollm2", "Model spec (limits.sources.load_model).")
+flags.DEFINE_string("model", "smollm2", "Model spec (limits.records.sources.load_model).")
 flags.DEFINE_integer("length", 256, "Window length L.")
 flags.DEFINE_integer("pairs", 3, "Alternating rounds (after one warm-up round).")
 FLAGS = flags.FLAGS
@@ -29,7 +29,8 @@ def main(argv):
   del argv
   import numpy as np
 
-  from limits import models, records, sources
+  from limits import models, records
+  from limits.records import sources
 
   m = sources.load_model(FLAGS.model)
   L = FLAGS.length

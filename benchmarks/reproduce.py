@@ -98,7 +98,7 @@ def _read_run(out: Path, wall, code, stderr="") -> dict:
 def _work_rows(rates) -> dict[str, dict]:
   """Per step (in run order): the work of ``benchmarks.work.step_work`` and its floor."""
   from limits import reproduction as rp
-  from limits import sources
+  from limits.records import sources
 
   config = sources.model_config(FLAGS.model)
   settings = rp.Settings(model=FLAGS.model, quick=FLAGS.quick, seed=0, windows=FLAGS.windows,

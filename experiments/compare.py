@@ -8,6 +8,13 @@ run, the paper's claims and the suite's findings with one column of measured val
 verdicts per run, and one line per claim that fails or depends on a reading. The verdicts are
 the runs' own (``limits.claims.compare``); nothing is recomputed.
 
+With ``--figures=OUTDIR`` it also draws the paper's figures (2a, 2b, 2c, 3, 4) with every run's
+curves, the attention-sink shares by layer (``sinks.png``, the suite's finding) and the verdict
+map (claims × runs, coloured by primary verdict, hatched where not robust), from the runs' step
+results.json files (``limits.claims.figures``; nothing recomputed), into OUTDIR.
+
+  python -m experiments.compare --run=SmolLM2=runs/smollm2 --run=embedded=runs/tiny --figures=figs
+
 With ``--values`` and exactly two runs (of ``reproduce`` or of any one experiment), prints
 instead every results.json's recorded values compared, file by file: how many numbers differ and
 the largest relative difference, with timings, the env block and model paths left out
@@ -18,12 +25,14 @@ the largest relative difference, with timings, the env block and model paths lef
 
 from __future__ import annotations
 
+import sys
+
 from absl import app, flags
 
 from limits import cli
 from limits.claims import compare, value_diff
 from limits.errors import LimitsError
-from limits.results import atomic_write_text
+from limits.runs.results import atomic_write_text
 
 FLAGS = flags.FLAGS
 def define_flags() -> None:
@@ -34,12 +43,13 @@ def define_flags() -> None:
   flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
   flags.DEFINE_bool("values", False, "Compare two runs' recorded values file by file instead "
                     "of their claim tables.")
+  flags.DEFINE_string("figures", "", "Also draw Figs. 2a, 2b, 2c, 3, 4 with every run's curves, "
+                      "the sink shares by layer and the verdict map into this folder (PNG files).")
   flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
   flags.register_validator("width", lambda v: v is not None and v >= 20,
                            message="--width must be an integer >= 20")
 
 
-@cli.guard
 def main(argv):
   del argv
   if not FLAGS.run:
@@ -50,6 +60,9 @@ def main(argv):
     if not sep or not label or not path:
       raise LimitsError(f"--run={spec!r} must be LABEL=DIR, e.g. --run=SmolLM2=runs/smollm2")
     specs.append((label, path))
+  if FLAGS.values and FLAGS.figures:
+    raise LimitsError("--figures draws reproduction runs' claims and curves; it cannot be "
+                      "combined with --values")
   if FLAGS.values:
     if len(specs) != 2:
       raise LimitsError(f"--values compares exactly two runs; got {len(specs)} --run")
@@ -60,8 +73,16 @@ def main(argv):
     atomic_write_text(FLAGS.out, text)
   else:
     print(text, end="")
+  if FLAGS.figures:
+    from limits.claims import figures as plot_compare
+
+    try:
+      paths = plot_compare.draw(specs, FLAGS.figures)
+    except OSError as e:
+      raise LimitsError(f"--figures={FLAGS.figures!r}: cannot write there ({e.strerror or e})")
+    print("figures: " + ", ".join(str(p) for p in paths), file=sys.stderr)
 
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(cli.guard(main))

@@ -15,7 +15,7 @@ For each temperature T the normalizer is applied to l / T (raw-logit scale, AMBI
 
 Synthetic source: ``--rows`` rows of length ``--length``, entries i.i.d. N(0, σ²) with
 σ = ``--logit_scale`` (default 8 = √64, the scale on which GPT-2's own T is 8), all visible.
-Model source: ``limits.sources.model_logit_rows`` (raw q·k of every layer, head and query with
+Model source: ``limits.records.sources.model_logit_rows`` (raw q·k of every layer, head and query with
 the causal mask); exact Jacobians on a random subsample of ``--rows`` rows.
 
 Writes results.json, gradient.csv (one line per T), rows.csv (one line per T and exact row, with
@@ -25,7 +25,7 @@ the violation flags) and gradient.png (Figure 4 style).
   python -m experiments.gradient --source=model --model=tiny --length=128
 """
 
-# A thin CLI over limits.gradient: flags -> GradientConfig -> gradient.plan/run ->
+# A thin CLI over limits.gradient.task: flags -> GradientConfig -> gradient.plan/run ->
 # gradient_report.write_outputs (the computation lives in limits/gradient*.py).
 
 from __future__ import annotations
@@ -34,57 +34,18 @@ import functools
 
 from absl import app, flags
 
-from limits import cli, cli_flags, gradient, gradient_report
-from limits import results as results_lib
+from limits import cli
+from limits.cli import shared_flags as cli_flags
+from limits.gradient import task as gradient
+from limits.gradient import report as gradient_report
+from limits.runs import results as results_lib
 
 FLAGS = flags.FLAGS
-D = gradient.GradientConfig()  # the defaults
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  flags.DEFINE_float("temperature", D.temperature, "One temperature T (> 0); overrides the "
-                     "default grid.")
-  flags.DEFINE_string("temperatures", D.temperatures, "Comma-separated temperatures; default: "
-                      "log grid 1e-3..1e2 with 5 points per decade (AMBIG-11).")
-  flags.DEFINE_string("epsilons", D.epsilons, "Comma-separated finite-difference sizes ε.")
-  flags.DEFINE_string("normalizer", D.normalizer, "Normalizer name (limits.normalizers.NAMES).")
-  flags.DEFINE_float("alpha", D.alpha, "α for --normalizer=entmax (> 1).")
-  flags.DEFINE_float("s", D.s, "s for --normalizer=ssmax (> 0).")
-  flags.DEFINE_integer("length", D.length, "Row length L (keys per row / window length).")
-  flags.DEFINE_integer("rows", D.rows, "Synthetic: number of rows. Model: rows subsampled for the "
-                       "exact Jacobians (g uses every row).")
-  flags.DEFINE_integer("check_rows", D.check_rows, "Rows on which jacrev and central differences "
-                       "are compared with the exact Jacobian.")
-  flags.DEFINE_float("logit_scale", D.logit_scale, "Synthetic: standard deviation σ of the "
-                     "logits.")
-  flags.DEFINE_enum("source", D.source, ["synthetic", "model"], "Where the logit rows come from.")
-  cli_flags.define_corpus_flags(
-      D, model="For --source=model: " + cli_flags.MODEL_HELP,
-      windows="Model: number of L-token corpus windows.",
-      text="Model: a text file overriding the corpus.",
-      data_dir="Model: overrides $LIMITS_DATA_DIR.")
-  flags.DEFINE_integer("dense_max_length", D.dense_max_length, "Largest L for dense jacfwd + SVD; "
-                       "longer rows use the matrix-free power iteration.")
-  flags.DEFINE_integer("power_iters", D.power_iters, "Power-iteration steps for the matrix-free "
-                       "norm.")
-  flags.DEFINE_integer("fd_rows", D.fd_rows, "Rows on which g(T, eps) is measured: per (layer, "
-                       "head) for --source=model, in all for synthetic; a seeded uniform sample "
-                       "without replacement (the exact O(L) norm covers every row).")
-  flags.DEFINE_integer("t_batch", D.t_batch, "Temperatures computed together per row; "
-                       "results.json is rewritten after each batch, so an interrupted run keeps "
-                       "finished ones.")
-  cli_flags.define_run_flags(
-      D, gradient.EXPERIMENT, seed="Random seed (synthetic rows, directions v, subsampling).",
-      x64="Compute in float64 (a bound is verified here).",
-      out_dir="Run directory (default results/gradient/<timestamp>).")
-
-  cli.require(("temperature", "s"), cli.positive, "be > 0")
-  cli.require("logit_scale", cli.positive_number, "be a finite number > 0")  # σ = inf: inf logits
-  cli.require("alpha", lambda v: v is not None and v > 1, "be > 1 (α-entmax)")
-  cli.require_positive_ints("length", "rows", "dense_max_length", "power_iters", "fd_rows",
-                            "t_batch")
-  cli.require("check_rows", cli.nonnegative, "be >= 0")
+  cli_flags.define_config_flags(gradient.GradientConfig)
 
 
 def main(argv):
@@ -95,7 +56,7 @@ def main(argv):
   out_dir = results_lib.prepare_out_dir(config.out_dir, gradient.EXPERIMENT)
   write = functools.partial(results_lib.write_results, out_dir, gradient.EXPERIMENT,
                             results_lib.config_record(config), seed=config.seed)
-  result = gradient.run(plan, checkpoint=write)
+  result = gradient.run(plan, checkpoint=write, units=gradient.resume_units(config, out_dir))
   gradient_report.write_outputs(out_dir, plan, result, write)
   if config.normalizer == "softmax":  # the paper's claims are about softmax
     from limits.claims import step_report

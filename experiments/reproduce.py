@@ -6,7 +6,7 @@ model), each as its own experiment in ``OUT/<step>/``, then judges every claim o
 the suite's own findings in a separate table, and for each claim whether it holds or fails under
 every reading of the ambiguities it depends on.
 
-    python -m experiments.reproduce --quick          # about a minute on 2 CPU cores
+    python -m experiments.reproduce --quick          # about 13 min on 2 idle CPU cores (16 steps)
     python -m experiments.reproduce --model=gpt2     # paper settings on real GPT-2 124M
 
 Before the first step it checks the model, the corpus (``--data_dir``,
@@ -26,10 +26,12 @@ import sys
 
 from absl import app, flags
 
-from limits import cli, cli_flags
+from limits import cli
+from limits.cli import shared_flags as cli_flags
 from limits import reproduction as rp
-from limits import reproduction_runner as runner
+from limits.reproduction import runner
 from limits.errors import LimitsError
+from limits.runs import results
 
 FLAGS = flags.FLAGS
 EXPERIMENT = runner.EXPERIMENT
@@ -42,7 +44,8 @@ def define_flags() -> None:
       DEFAULTS, model=cli_flags.MODEL_HELP,
       windows="Corpus windows per length (default 1 quick, 4 full).")
   cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
-  flags.DEFINE_bool("quick", False, "Small grids that finish in about a minute on 2 CPU cores.")
+  flags.DEFINE_bool("quick", False, "Small grids (about 13 min for the embedded model's 16 "
+                    "steps on 2 idle CPU cores).")
   flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
   flags.DEFINE_bool("resume", True, "Skip steps whose results.json is a finished run with the "
                     "same settings.")
@@ -59,7 +62,7 @@ def main(argv):
                       f"{', '.join(rp.STEP_NAMES)}")
   settings = rp.Settings(model=FLAGS.model, quick=FLAGS.quick, seed=FLAGS.seed,
                          windows=FLAGS.windows, data_dir=FLAGS.data_dir, text=FLAGS.text)
-  run_config = cli.run_identity()  # the command's settings, less the execution-only flags
+  run_config = results.run_identity()  # the command's settings, less the execution-only flags
   steps = [s for s in rp.STEPS if not only or s.name in only]
   out, status = runner.reproduce(steps, settings, FLAGS.out_dir, run_config, resume=FLAGS.resume)
   print(f"report: {out / 'report.md'}")

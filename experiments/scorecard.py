@@ -18,7 +18,9 @@ import time
 
 from absl import app, flags
 
-from limits import cli, cli_flags
+from limits import cli
+from limits.runs import options, parsing
+from limits.cli import shared_flags as cli_flags
 
 FLAGS = flags.FLAGS
 EXPERIMENT = "scorecard"
@@ -55,7 +57,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("timing_rounds", 3, "Interleaved rounds for the forward-time cost.")
   cli.require_positive_ints("length", "eval_windows", "calib_windows", "calib_grid", "jac_rows",
                             "layer_stride", "timing_rounds")
-  cli.require("calib_iters", cli.nonnegative, "be >= 0")
+  cli.require("calib_iters", options.nonnegative, "be >= 0")
   cli.require_positive_numbers("calib_lo", "calib_hi", "epsilon")
 
 
@@ -63,7 +65,7 @@ def define_flags() -> None:
 def _config():
   from limits import scorecard as sc
 
-  ints = lambda name: tuple(cli.parse_ints(FLAGS[name].value, name)) if FLAGS[name].value else ()
+  ints = lambda name: tuple(parsing.parse_ints(FLAGS[name].value, name)) if FLAGS[name].value else ()
   return sc.Config(
       model=FLAGS.model, candidates=sc.parse_candidates(FLAGS.candidates), length=FLAGS.length,
       eval_windows=FLAGS.eval_windows, calib_windows=FLAGS.calib_windows,
@@ -76,9 +78,9 @@ def _config():
 
 def main(argv):
   del argv
-  from limits import results as res
+  from limits.runs import results as res
   from limits import scorecard as sc
-  from limits import sources
+  from limits.records import sources
 
   t0 = time.perf_counter()
   cfg = _config()  # bad values fail here, before any loading

@@ -22,7 +22,7 @@ written as they finish, so an interrupted run keeps them.
       --out_dir=results/separability/tiny
 """
 
-# A thin CLI over limits.separability_task: flags -> SeparabilityConfig -> separability_task.grid
+# A thin CLI over limits.separability.task: flags -> SeparabilityConfig -> separability_task.grid
 # and run (the computation lives in limits/separability*.py).
 
 from __future__ import annotations
@@ -31,46 +31,16 @@ import time
 
 from absl import app, flags
 
-from limits import cli, cli_flags, separability_task
+from limits import cli
+from limits.cli import shared_flags as cli_flags
+from limits.separability import task as separability_task
 
 FLAGS = flags.FLAGS
-D = separability_task.SeparabilityConfig()  # the defaults
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  flags.DEFINE_enum("source", D.source, ["sphere", "model"], "Where weights and vectors come from.")
-  flags.DEFINE_string("n_values", D.n_values, "Comma-separated top-N grid.")
-  flags.DEFINE_integer("length", D.length, "Sequence length L.")
-  flags.DEFINE_float("radius", D.radius, "Sphere radius M (AMBIG-10).")
-  flags.DEFINE_integer("dim", D.dim, "Sphere source: dimension d (64 = GPT-2 d_head).")
-  flags.DEFINE_integer("samples", D.samples, "Sphere source: Monte Carlo samples per N.")
-  flags.DEFINE_enum("alpha_kind", D.alpha_kind, ["uniform", "zipf", "softmax"],
-                    "Sphere source: synthetic weights (softmax of Gaussian logits / "
-                    "--alpha_temperature, Zipf i^-zipf_s, or uniform 1/L).")
-  flags.DEFINE_float("alpha_temperature", D.alpha_temperature,
-                     "Sphere source: temperature of the softmax kind.")
-  flags.DEFINE_float("zipf_s", D.zipf_s, "Sphere source: exponent of the Zipf kind.")
-  flags.DEFINE_integer("heads", D.heads,
-                       "Sphere source: independent synthetic weight rows ('heads').")
-  flags.DEFINE_integer("chunk", D.chunk, "Sphere source: Monte Carlo samples per jitted batch.")
-  cli_flags.define_corpus_flags(
-      D, model="For --source=model: " + cli_flags.MODEL_HELP,
-      windows="Model source: number of L-token corpus windows.",
-      text="Model source: a text file to use instead of the corpus.",
-      data_dir="Model source: folder with war_and_peace.txt (else $LIMITS_DATA_DIR).")
-  flags.DEFINE_enum("vectors", D.vectors, ["value", "key", "hidden"], "Model source: vectors x_i "
-                    "(AMBIG-7), projected onto the sphere.")
-  flags.DEFINE_enum("rule", D.rule, ["strict", "literal"], "Counting rule (AMBIG-10).")
-  cli_flags.define_run_flags(
-      D, separability_task.EXPERIMENT, seed="Random seed.", plot="Write figure3.png.",
-      x64="Use float64 (default: float32 rounding biases N_s/N down, e.g. 0.413 vs 0.471 for one "
-      "head at L = 512, N = 128).")
-  flags.DEFINE_integer("devices", D.devices,
-                       "Shard the Monte Carlo sample axis over this many devices.")
-
-  cli.require_positive_ints("length", "dim", "samples", "heads", "chunk", "devices")
-  cli.require_positive_numbers("radius", "alpha_temperature", "zipf_s")
+  cli_flags.define_config_flags(separability_task.SeparabilityConfig)
 
 
 def main(argv):
@@ -78,7 +48,7 @@ def main(argv):
   config = cli_flags.config_from_flags(separability_task.SeparabilityConfig)
   ns = separability_task.grid(config)             # validate before JAX starts (fast errors)
   cli.setup_precision(config.x64)
-  from limits import results as res
+  from limits.runs import results as res
 
   out_dir = res.prepare_out_dir(config.out_dir, separability_task.EXPERIMENT)
   t0 = time.perf_counter()

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from absl import app, flags
 
-from limits import cli, results, sweep
+from limits import cli, sweep
+from limits.runs import results
 
 FLAGS = flags.FLAGS
 
@@ -109,7 +110,7 @@ def main(argv):
     return 0
   records = sweep.collect(out)
   csv_path = results.write_csv(Path(out) / "records.csv", sweep.flat_rows(records))
-  results.write_results(out, "sweep", cli.run_identity(),
+  results.write_results(out, "sweep", results.run_identity(),
                         sweep.results_block(exp, summary, records, csv_path.name), seed=FLAGS.seed)
   print(f"sweep: {summary.computed} cells computed, {summary.done_before} already done, "
         f"{len(records)}/{summary.n_cells} recorded, {summary.seconds:.1f} s on "

@@ -12,6 +12,11 @@ weight nor an overflowing band can fake a result. The band is the one of
 (tests check that the two agree). Per head the last query
 (which sees all L keys) gives max α·L and min α·L, plotted against L with the band.
 
+Attention sinks are measured on the same weights: per head the mean weight on token 0 over the
+query rows that can see it (Sink_ε of Gu et al. 2025, sail-sg/Attention-Sink; ε = 0.3), as
+``per_head.csv`` columns ``sink_score`` / ``sink_above`` and results ``sinks`` (the share of
+heads × windows above ε per L and layer; ``limits.vanishing.sink_scores``).
+
 Outputs: ``per_head.csv``, ``summary.csv``, ``vanishing.png``, ``results.json`` (measurements; the claims it decides are printed from limits.claims).
 
   python -m experiments.vanishing --out_dir=results/vanishing
@@ -25,24 +30,16 @@ copy embedded in the package (``limits.data.resolve_corpus``).
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import app
 
-from limits import cli, cli_flags, vanishing
+from limits import cli, vanishing
+from limits.cli import shared_flags as cli_flags
 
-D = vanishing.VanishingConfig()  # the defaults
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  cli_flags.define_corpus_flags(D, model=cli_flags.MODEL_HELP)
-  flags.DEFINE_string("lengths", D.lengths, "Comma-separated L values; default 32,64,...,min(1024, "
-                      "context).")
-  cli_flags.define_run_flags(D, vanishing.EXPERIMENT, plot="Write vanishing.png.",
-                             x64="Compute the check in float64 (default; --nox64 for float32).")
-  flags.DEFINE_float("lemma1_a", D.lemma1_a, "Logit bound a of the synthetic Lemma 1 check (logits "
-                     "uniform on [-a, a], F = exp and softplus, the run's lengths).")
-  cli.require("lemma1_a", lambda v: v is not None and 0 <= v <= 300,
-              "be in [0, 300] (e^{2a} must stay finite)")
+  cli_flags.define_config_flags(vanishing.VanishingConfig)
 
 
 main = cli_flags.task_main(vanishing.VanishingConfig, vanishing.run,

@@ -153,10 +153,8 @@ def corollary1_causal_check(scores, q, k, temperature, window: int = 0):
 
   scores (B, H, L, L) raw q·k; q, k (B, H, L, d). Returns a dict of (B, H) arrays.
   """
-  from limits.models.engine import attention_mask
-
   L = scores.shape[-1]
-  vis = attention_mask(L, window)  # (L, L) query t sees keys <= t (the last W in a window)
+  vis = numerics.attention_mask(L, window)  # (L, L) query t sees keys <= t (the last W in a window)
   logits = jnp.where(vis, scores / temperature, -jnp.inf)
   lse = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # (B, H, L, 1)
   logw = logits - lse

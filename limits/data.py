@@ -49,7 +49,7 @@ from typing import Sequence
 import numpy as np
 
 from limits.errors import LimitsError, check
-from limits.results import atomic_write_text
+from limits.runs.results import atomic_write_text
 
 WAR_AND_PEACE = "war_and_peace"
 FILENAME = "war_and_peace.txt"
@@ -73,11 +73,6 @@ GUTENBERG = "gutenberg"
 ENV_DATA_DIR = "LIMITS_DATA_DIR"
 ENV_CACHE_DIR = "LIMITS_CACHE_DIR"
 ENV_ALLOW_DOWNLOAD = "LIMITS_ALLOW_DOWNLOAD"
-# The --data_dir help every CLI shows (one wording for the lookup order of resolve_corpus).
-DATA_DIR_HELP = ("Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded "
-                 "copy of the reference body); 'gutenberg' downloads Project Gutenberg #2600 "
-                 "into the user cache ~/.cache/limits instead (once; LIMITS_ALLOW_DOWNLOAD=0 "
-                 "refuses the download).")
 ENV_CORPUS_URL = "LIMITS_CORPUS_URL"
 
 

@@ -1,4 +1,5 @@
-"""Numerics shared by the normalizers, the Jacobians and the bounds: masks, safe division and
+"""Numerics shared by the normalizers, the Jacobians, the bounds and the models: masks (the causal
+and sliding-window attention mask), safe division and
 one-line checks of user values (one home for each; ``limits.normalizers`` re-exports
 ``check_logits`` and ``visible_count``)."""
 
@@ -83,3 +84,14 @@ def safe_div(num: Array, den: Array) -> Array:
   (a NaN logit or temperature) gives NaN, never a silent 0."""
   ok = den != 0
   return jnp.where(ok, num / jnp.where(ok, den, 1), 0)
+
+
+def attention_mask(length: int, window: int = 0) -> jax.Array:
+  """(L, L) bool, True = visible: causal, and within the last ``window`` keys when window > 0
+  (HF ``sliding_window_overlay``: key j visible from query i iff i - window < j <= i)."""
+  i = jnp.arange(length)[:, None]
+  j = jnp.arange(length)[None, :]
+  mask = j <= i
+  if window:
+    mask = mask & (j > i - window)
+  return mask

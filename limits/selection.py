@@ -7,10 +7,10 @@ each for the setting where it is fastest (tests/test_selection.py checks they se
 same keys on rows full of ties):
 
 - :func:`top_n_rank`: ``lax.top_k`` of one row, ranks of the top ``n_cap`` (the per-row
-  reference of Theorem 1, :mod:`limits.distance_rows`).
+  reference of Theorem 1, :mod:`limits.distance.rows`).
 - :func:`ranks`: the rank of every key by a stable sort (Theorem 2's reference).
 - :func:`sort_desc` + :func:`select_sorted` / :func:`top_n_mask`: I_N from one sort, N may be
-  traced (Theorem 2 on sampled rows, :mod:`limits.separability_rows`).
+  traced (Theorem 2 on sampled rows, :mod:`limits.separability.rows`).
 - :func:`sort_rows` + :func:`thresholds_from_sorted` / :func:`thresholds` +
   :func:`select_thresholds`: every causal row of a layer sorted once on the host (NumPy's sort
   is ~20× XLA's on CPU), each N a threshold with an index cut for ties at the N-th place (any N

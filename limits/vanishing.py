@@ -6,9 +6,12 @@ the softmax weights at the model's own temperature T = √d_head on the raw q·k
 e^{−2Δ/T} ≤ α_i·t ≤ e^{2Δ/T}, Δ = ‖q_t‖ · max_{i≤t} ‖k_i‖ (AMBIG-2), in log space
 (``limits.bounds.corollary1_causal_check``). Per head the last query (which sees all L keys)
 gives max α·L and min α·L. Lemma 1 itself is checked on synthetic bounded logits
-(``limits.bounds.lemma1_check``). :func:`run` writes ``per_head.csv``, ``summary.csv``,
+(``limits.bounds.lemma1_check``). Attention sinks are measured on the same weights
+(:func:`sink_scores`, :func:`sink_summary`: the Sink_ε metric of Gu et al. 2025, ε = 0.3).
+:func:`run` writes ``per_head.csv``, ``summary.csv``,
 ``vanishing.png`` and ``results.json`` with the measurements the claims read (no verdicts:
-``limits.claims`` judges them, docs/claims.md), rewritten after every L.
+``limits.claims`` judges them, docs/claims.md), rewritten after every L; an interrupted run
+continues from its last finished L (:mod:`limits.runs.resume`).
 """
 
 from __future__ import annotations
@@ -16,23 +19,33 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from limits.runs import options
+
 EXPERIMENT = "vanishing"
+# Sink_ε (Gu et al., "When Attention Sink Emerges in Language Models", ICLR 2025; code
+# sail-sg/Attention-Sink, eval_sink_open_source.py): a head is a sink head when its mean
+# attention to token 0 exceeds ε = 0.3 (strictly, as their ``importance_scores > epsilon``).
+SINK_EPS = 0.3
 # The settings recorded in results.json "config" (out_dir and plot change no result).
 
 @dataclasses.dataclass(frozen=True)
 class VanishingConfig:
-  """One run's settings (the CLI's flags, same names and defaults)."""
+  """One run's settings; each field declares its CLI flag (``limits.runs.options``)."""
 
-  model: str = "tiny"  # model spec (limits.cli_flags.MODEL_HELP)
-  text: str | None = None  # a text file instead of the corpus
-  data_dir: str | None = None  # overrides $LIMITS_DATA_DIR
-  windows: int = 1  # consecutive L-token windows per L
-  lengths: str = ""  # comma-separated L; "" = 32, 64, ..., min(1024, context)
-  seed: int = 0  # recorded; the computation is deterministic
-  x64: bool = True  # float64 check
-  out_dir: str | None = None  # run directory (default results/vanishing/<time>)
-  plot: bool = True  # write vanishing.png
-  lemma1_a: float = 4.0  # logit bound a of the synthetic Lemma 1 check
+  model: str = options.model()
+  text: str | None = options.text()
+  data_dir: str | None = options.data_dir()
+  windows: int = options.windows()
+  lengths: str = options.option("", "Comma-separated L values; default 32,64,...,min(1024, "
+                                "context).")
+  seed: int = options.seed()
+  x64: bool = options.x64("Compute the check in float64 (default; --nox64 for float32).")
+  out_dir: str | None = options.out_dir("vanishing")
+  plot: bool = options.plot("Write vanishing.png.")
+  lemma1_a: float = options.option(4.0, "Logit bound a of the synthetic Lemma 1 check (logits "
+                                   "uniform on [-a, a], F = exp and softplus, the run's "
+                                   "lengths).", check=(lambda v: v is not None and 0 <= v <= 300,
+                                                       "be in [0, 300] (e^{2a} must stay finite)"))
 
 
 def lemma1_synthetic(a: float, lengths, seed: int) -> dict:
@@ -69,20 +82,70 @@ def loglog_slopes(summary) -> dict:
           for name, col in SLOPE_KEYS}
 
 
+def sink_scores(weights, window=None):
+  """Mean attention to token 0 per head, Gu et al.'s importance score of key 0: ``(B, H)``.
+
+  ``weights (B, H, L, L)``: rows are queries, columns keys, exactly 0 where masked (the
+  records' contract). sail-sg/Attention-Sink (eval_sink_open_source.py,
+  ``compute_attention_sink``) divides column j by ``L − j``, the number of query rows a causal
+  mask lets see key j, and sums over the rows: for token 0 the plain mean of α_{t,0} over all
+  L rows t = 0 … L−1 (row 0, where α_{0,0} = 1, included), every row weighted equally.
+  ``window`` W > 0 (a Gemma 3 sliding-window layer, the record's ``window``): query t sees key
+  0 only for t < W, so the mean is over the min(L, W) rows that can see it, the same rule
+  (rows that see the key) as their ``L − j``; the rows t ≥ W, which cannot attend to token 0,
+  are not counted as zero attention. 0 or None: a global causal layer (all L rows).
+  """
+  import numpy as np
+
+  w = np.asarray(weights, dtype=np.float64)  # (B, H, L, L)
+  n_rows = w.shape[-2]
+  if window is not None and int(window) > 0:
+    n_rows = min(n_rows, int(window))
+  return w[..., :n_rows, 0].sum(axis=-1) / n_rows  # (B, H)
+
+
+def sink_summary(per_head, eps: float = SINK_EPS) -> dict:
+  """Sink_ε by L and layer from the per-head rows (``sink_above``: windows whose score exceeded
+  ε; ``windows``; ``sink_score``: the mean score over windows): per L the share of (window,
+  head) pairs above ε in each layer (``share_by_layer``, Gu et al.'s metric restricted to one
+  layer) and over all layers (``share``), and each layer's mean score."""
+  by_l: dict = {}
+  for r in per_head:
+    by_l.setdefault(r["L"], {}).setdefault(r["layer"], []).append(r)
+  out = []
+  for L, layers in sorted(by_l.items()):
+    share, score = [], []
+    above = pairs = 0
+    for layer in sorted(layers):
+      rows = layers[layer]
+      a, n = sum(r["sink_above"] for r in rows), sum(r["windows"] for r in rows)
+      share.append(a / n)
+      score.append(sum(r["sink_score"] for r in rows) / len(rows))
+      above, pairs = above + a, pairs + n
+    out.append({"L": L, "share": above / pairs, "share_by_layer": share,
+                "mean_score_by_layer": score, "pairs": pairs})
+  return {"eps": eps, "token": 0, "by_L": out,
+          "rows": "mean of α_{t,0} over the query rows that can see token 0 (all L causal; "
+                  "t < W in a sliding-window layer), as sail-sg/Attention-Sink"}
+
+
 def measurements(per_head, summary, layer_windows=None) -> dict:
   """What the claims read besides the tables (no verdicts: limits/claims judges them):
   ``band`` (queries outside the Corollary 1 band, queries checked, the smallest log-space
   margin to a band edge, natural log, >= 0 inside) and ``lemma1_slopes`` (log-log slopes
-  against L of the head medians of max α·n, min α·n and the band's upper edge at the last
-  query, n its visible keys; two lengths needed). With sliding-window layers
-  (``layer_windows``, Gemma 3) also ``by_layer_kind``: per kind (local, global) the head
-  medians per L, the slopes over every L and between consecutive L (a local layer's last
-  query sees min(L, W) keys: its trend past W is not the global layers')."""
+  against L of the head medians of max α·L, min α·L and the band's upper edge; two lengths
+  needed) and ``sinks`` (:func:`sink_summary`). With sliding-window layers (``layer_windows``,
+  Gemma 3) also ``by_layer_kind``: per kind (local, global) the head medians per L, the slopes
+  over every L and between consecutive L (a local layer's last query sees min(L, W) keys: its
+  trend past W is not the global layers')."""
+
   from limits import stats
 
   out = {"band": {"violating_queries": sum(r["violations"] for r in per_head),
                   "queries_checked": sum(r["queries"] for r in per_head),
                   "min_log_margin": min((r["min_log_margin"] for r in per_head), default=None)}}
+  if per_head and all("sink_score" in r for r in per_head):
+    out["sinks"] = sink_summary(per_head)
   if len(summary) >= 2:
     out["lemma1_slopes"] = loglog_slopes(summary)
   split = stats.by_layer_kind(per_head, layer_windows, tuple(PER_HEAD_KEYS.values()),
@@ -114,7 +177,9 @@ def length_rows(L: int, acc: dict):
          "min_log_margin": min(x["min_margin"] for x in rows),
          "log10_max_aL_last": float(np.mean([x["log_max_last"] for x in rows]) / ln10),
          "log10_min_aL_last": float(np.mean([x["log_min_last"] for x in rows]) / ln10),
-         "log10_band_upper_last": float(np.mean([x["band_last"] for x in rows]) / ln10)}
+         "log10_band_upper_last": float(np.mean([x["band_last"] for x in rows]) / ln10),
+         "sink_score": float(np.mean([x["sink_score"] for x in rows])),
+         "sink_above": int(sum(x["sink_score"] > SINK_EPS for x in rows))}
     per_head.append(r)
     lmax.append(r["log10_max_aL_last"])
     lmin.append(r["log10_min_aL_last"])
@@ -131,6 +196,34 @@ def length_rows(L: int, acc: dict):
   return per_head, summary
 
 
+def _length_unit(L, tokens, model, check_fn, T, dtype, bar) -> dict:
+  """One L: Corollary 1's causal check of every window, layer and head (a safe point per
+  layer); its per-head rows, summary row and seconds."""
+  import numpy as np
+
+  from limits import records
+  from limits.runs import interrupts
+
+  t0 = time.perf_counter()
+  acc = {}
+  for w in range(tokens.shape[0]):
+    for layer, rec in records.iter_layers(model, tokens[w:w + 1],
+                                          fields=("q", "k", "scores", "weights")):
+      # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
+      window = 0 if rec.window is None else int(rec.window)
+      out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
+                     np.asarray(T, dtype), window=window)
+      out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
+      out["sink_score"] = sink_scores(rec.weights, rec.window)[0]  # (H,)
+      for h in range(model.config.n_head):
+        rows = acc.setdefault((layer, h), [])
+        rows.append({k: float(v[h]) for k, v in out.items()})
+      bar.update(1)
+      interrupts.check()  # a safe point per layer
+  rows_l, summary_l = length_rows(L, acc)
+  return {"rows": rows_l, "summary": summary_l, "seconds": time.perf_counter() - t0}
+
+
 def run(config: VanishingConfig):
   """Runs the experiment and writes its outputs; returns the run directory.
 
@@ -140,12 +233,15 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds, cli, interrupts, records, sources
-  from limits import results as res
-  from limits.progress import Progress
+  from limits import bounds
+  from limits.runs import parsing
+  from limits.runs import interrupts, resume
+  from limits.records import sources
+  from limits.runs import results as res
+  from limits.runs.progress import Progress
 
   model = sources.load_model(config.model)
-  lengths = cli.parse_lengths(config.lengths, model.config.n_positions, model.name)
+  lengths = parsing.parse_lengths(config.lengths, model.config.n_positions, model.name)
   # The corpus first: a missing corpus fails before the output folder is created.
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
                                            data_dir=config.data_dir) for L in lengths}
@@ -159,6 +255,7 @@ def run(config: VanishingConfig):
   lemma1 = lemma1_synthetic(config.lemma1_a, lengths, config.seed)
   c = model.config
   per_head, summary, timings = [], [], {}
+  units = resume.Units.open(out_dir, EXPERIMENT, record, unit="L")  # limits.runs.resume
   t_start = time.perf_counter()
 
   def flush(final):
@@ -168,30 +265,21 @@ def run(config: VanishingConfig):
                "lemma1_synthetic": lemma1,
                "lemma1_a": config.lemma1_a, "summary": summary, "complete": final, "timings_s": timings,
                "wall_s": time.perf_counter() - t_start, "model": model.info(),
-               "band_source": "log-space, same Δ as limits.bounds.corollary1_band"}
+               "band_source": "log-space, same Δ as limits.bounds.corollary1_band",
+               resume.BLOCK: units.block(final)}
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 
   with Progress(len(lengths) * config.windows * c.n_layer, "vanishing", unit="layer") as bar:
     for L in lengths:
-      t0 = time.perf_counter()
-      acc = {}
-      for w in range(config.windows):
-        for layer, rec in records.iter_layers(model, tokens_by_l[L][w:w + 1],
-                                              fields=("q", "k", "scores")):
-          # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
-          window = 0 if rec.window is None else int(rec.window)
-          out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
-                         np.asarray(T, dtype), window=window)
-          out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
-          for h in range(c.n_head):
-            rows = acc.setdefault((layer, h), [])
-            rows.append({k: float(v[h]) for k, v in out.items()})
-          bar.update(1)
-          interrupts.check()  # a safe point per layer
-      rows_l, summary_l = length_rows(L, acc)
-      per_head += rows_l
-      timings[f"L={L}"] = time.perf_counter() - t0
-      summary.append(summary_l)
+      unit = units.get(f"L={L}")  # finished by an interrupted run of this command
+      if unit is None:
+        unit = units.add(f"L={L}", _length_unit(L, tokens_by_l[L], model, check_fn, T, dtype,
+                                                bar))
+      else:
+        bar.update(config.windows * c.n_layer)
+      per_head += unit["rows"]
+      timings[f"L={L}"] = unit["seconds"]
+      summary.append(unit["summary"])
       flush(False)
       interrupts.check()  # a safe point: this L is written
   if config.plot:

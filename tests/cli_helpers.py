@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 def make_model_and_texts(root: Path, *, repeat: int = 6, **model_kwargs) -> Path:
   """root/model (random GPT-2, ``make_random_model_dir(**model_kwargs)``), root/text.txt
   (the sample text ``repeat`` times) and root/empty.txt. Returns root."""
-  from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+  from limits.models.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
 
   make_random_model_dir(root / "model", **model_kwargs)
   (root / "text.txt").write_text(SAMPLE_TEXT * repeat, encoding="utf-8")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from benchmarks import accelerator, work
-from limits import gpt2
+from limits.models import gpt2
 from limits import reproduction as rp
 from limits.models import llama
 

@@ -6,7 +6,8 @@ import importlib
 
 from absl import app, flags  # noqa: F401  (absl.app defines its own flags on import)
 
-from limits import cli, cli_flags  # noqa: F401  (the flags the library itself defines)
+from limits import cli  # noqa: F401  (the CLI layer: importing it defines no flag either)
+from limits.cli import shared_flags as cli_flags  # noqa: F401
 
 MODULES = ("compare", "distance", "gradient", "reproduce", "scorecard", "separability", "sweep",
            "train_tiny", "vanishing")

@@ -214,7 +214,7 @@ def test_bound_is_not_vacuous_detector():
   d = float(distance.cumulative_distance(jnp.asarray(a), jnp.asarray(x), 2))
   dmax = float(distance.theorem1_bound(jnp.asarray(a), jnp.asarray(x), 2))
   assert 0 < d <= dmax
-  st_ = distance._reduce_rows(distance.RowStats(
+  st_ = distance.reduce_rows(distance.RowStats(
       counted=jnp.array([[True]]), d_sum=jnp.array([[d]]), d_norm=jnp.array([[0.0]]),
       expected=jnp.zeros((1, 1)), gap=jnp.zeros((1, 1)), dmax_sum=jnp.array([[0.5 * d]]),
       dmax_norm=jnp.ones((1, 1)), alpha_bar=jnp.zeros((1, 1)), d1=jnp.zeros((1, 1)),

@@ -43,11 +43,12 @@ def test_vary_length_end_to_end(model_dir, tmp_path):
   assert sum(s["rows_checked"] for s in summary) == sum(int(r["queries"]) for r in rows)
   # Independent recomputation of one head (layer 1, head 2, L = 16, N = 5) from the model
   # with a per-query NumPy loop over explicit vector differences.
-  from limits import gpt2, sources
+  from limits import models
+  from limits.records import sources
 
   m = sources.load_model(str(model_dir / "model"))
   toks = sources.corpus_windows(m, 16, 1, text=model_dir / "text.txt")
-  rec = dict(gpt2.iter_layers(m.params, toks, m.config))[1]
+  rec = dict(models.iter_layers(m.params, toks, m.config))[1]
   w = np.asarray(rec.weights[0, 2], np.float64)
   x = np.asarray(rec.x[0], np.float64)
   vals = []
@@ -67,7 +68,7 @@ def run_task(root, out, **settings):
   """The distance task in this process, as the CLI runs it (float64 unless x64=False)."""
   import jax
 
-  from limits import distance_task
+  from limits.distance import task as distance_task
 
   config = distance_task.DistanceConfig(model=str(root / "model"), text=str(root / "text.txt"),
                                         out_dir=str(out), **settings)

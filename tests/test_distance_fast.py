@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import distance
+from limits import distance, selection
 
 
 def _causal_weights(rng, B, H, L, sharp=2.0):
@@ -53,7 +53,7 @@ def test_thresholds_follow_top_k_rule():
   L = 12
   w = _causal_weights(rng, 1, 1, L)[0, 0]
   w[9, [1, 4, 6, 8]] = w[9, 0]               # five keys tied with key 0
-  th = distance.thresholds(w, [2, 4])
+  th = selection.thresholds(w, [2, 4])
   for q in range(L):
     for k, n in enumerate([2, 4]):
       if q + 1 <= n:
@@ -69,7 +69,7 @@ def test_float32_and_float64_agree_on_embedded_model():
   partition is checked above): float32 (the KS default) and float64 give the same critical N
   and KS decisions; head-mean d̃ and E agree to 1e-4 relative (float32 Gram sums over 127
   terms: ~1e-6 measured) and p-values to 1e-6 absolute."""
-  from limits import sources
+  from limits.records import sources
 
   model = sources.load_model("tiny")
   text = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
@@ -100,7 +100,7 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
   every row, float64 bitwise; rows are built so that for some the farthest visible pair lies
   inside I_N (the prefix maximum alone would be too large there: checked, so the fallback is
   exercised) and for others it does not."""
-  from limits import distance_fast as df
+  from limits.distance import kernels as df
   from limits import selection
 
   with jax.enable_x64(True):
@@ -120,7 +120,7 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
     sel = vis & (selection.ranks_from_top(idx, L) < n)
     rest = vis & ~sel
     P, I = df.prefix_maxima(dist2)
-    got = np.asarray(df._d1_sq_prefix(sel, rest, dist2, idx, P, I, cap=n))
+    got = np.asarray(df._d1_sq_prefix(sel, rest, dist2, idx, P, I))
     want = np.asarray(df._d1_sq(sel, rest, dist2, cap=n, row_block=8))
     np.testing.assert_array_equal(got, want)
     upper = np.asarray(jnp.max(jnp.where(sel, P, -jnp.inf), axis=-1))
@@ -132,12 +132,12 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
 @pytest.mark.parametrize("blocks", [1, 4])
 def test_printed_expectations_folded_into_layer_stats(blocks):
   """layer_stats_printed: the printed E (both x̄ readings) and E with p = N/L from the layer
-  kernel equal limits.printed.layer_expectation_means (the reference, full L² per head) to
+  kernel equal limits.distance.printed.layer_expectation_means (the reference, full L² per head) to
   1e-12 relative (float64, same terms summed in another order), and its HeadStats equal the
   host-threshold path's bitwise (selection on the device vs on the host, d_1 from prefix
   maxima vs the gather), with ties at the N-th place."""
-  from limits import distance_fast as df
-  from limits import printed
+  from limits.distance import kernels as df
+  from limits.distance import printed
 
   with jax.enable_x64(True):
     rng = np.random.default_rng(7)
@@ -150,18 +150,18 @@ def test_printed_expectations_folded_into_layer_stats(blocks):
     ref = printed.layer_expectation_means(w[0], x[0], ns)
     for key in df.PRINTED:
       np.testing.assert_allclose(means[key][0], ref[key], rtol=1e-12, err_msg=key)
-    host = df.layer_stats(w, x, ns, sorted_rows=df.sort_rows(w), blocks=blocks)
+    host = df.layer_stats(w, x, ns, sorted_rows=selection.sort_rows(w), blocks=blocks)
     for name in st._fields:
       np.testing.assert_array_equal(getattr(st, name), getattr(host, name), err_msg=name)
 
 
 def test_layer_kernels_make_no_implicit_host_transfer():
-  """The per-layer statistics of Algorithms 1, 2 (limits.distance_fast.layer_kernel, printed E
-  included) and 4 (limits.separability_model.layer_sums) run under
+  """The per-layer statistics of Algorithms 1, 2 (limits.distance.kernels.layer_kernel, printed E
+  included) and 4 (limits.separability.model.layer_sums) run under
   jax.transfer_guard("disallow"): inputs placed explicitly, results fetched explicitly, no
   implicit transfer inside. The same calls with a NumPy input are refused (the guard works)."""
-  from limits import distance_fast as df
-  from limits import separability_model as sm
+  from limits.distance import kernels as df
+  from limits.separability import model as sm
 
   with jax.enable_x64(True):
     rng = np.random.default_rng(1)
@@ -190,7 +190,7 @@ def test_top_k_size_buckets_and_does_not_change_values():
   """The device path's static k is a power-of-two bucket (Algorithm 3's scan compiles a few
   kernels, not one per batch of N); a larger k gives the same bits as k = max N (float64,
   ties straddling the N-th place)."""
-  from limits.distance_fast import layer_kernel, top_k_size
+  from limits.distance.kernels import layer_kernel, top_k_size
 
   assert [top_k_size(n, 256) for n in (1, 8, 9, 16, 17, 128)] == [8, 8, 16, 16, 32, 128]
   assert top_k_size(100, 64) == 64 and top_k_size(3, 4) == 4

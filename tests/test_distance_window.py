@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from limits import distance
-from limits.distance_fast import layer_stats_printed
+from limits.distance.kernels import layer_stats_printed
 from limits.selection import visible_window
 
 L, W, D = 32, 8, 4

@@ -154,7 +154,7 @@ def test_gguf_head_count_that_does_not_divide_the_width(tmp_path):
 
 def test_gpt2_load_of_a_device_is_one_line():
   """Before: ``gpt2.load('/dev/null')`` raised a raw NotADirectoryError."""
-  from limits import gpt2
+  from limits.models import gpt2
 
   with pytest.raises(LimitsError) as e:
     gpt2.load("/dev/null")

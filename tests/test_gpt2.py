@@ -1,4 +1,4 @@
-"""limits.gpt2 forward semantics without a reference library (HF parity: test_gpt2_hf.py).
+"""limits.models.gpt2 forward semantics without a reference library (HF parity: test_gpt2_hf.py).
 
 Each test compares against an independent computation: a NumPy re-implementation of one block
 from the checkpoint tensors, the full forward vs the streamed paths, or exact identities
@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import gpt2
+from limits import models
+from limits.models import gpt2
 from limits.errors import LimitsError
-from limits.gpt2 import model as model_lib
+from limits.models.gpt2 import model as model_lib
 from limits.models import engine
 
 CONFIG = gpt2.Config(n_layer=3, n_head=2, n_embd=16, n_positions=24, vocab_size=40)
@@ -41,7 +42,7 @@ def tokens():
 
 @pytest.fixture(scope="module")
 def full(params, tokens):
-  return gpt2.forward(params, tokens, CONFIG)
+  return models.forward(params, tokens, CONFIG)
 
 
 def _np_gelu_new(x):
@@ -93,7 +94,7 @@ def test_masked_weights_exactly_zero_and_rows_sum_to_one(full):
 
 
 def test_temperature_sqrt_dhead_equals_default(params, tokens, full):
-  out = gpt2.forward(params, tokens, CONFIG, temperature=math.sqrt(CONFIG.d_head))
+  out = models.forward(params, tokens, CONFIG, temperature=math.sqrt(CONFIG.d_head))
   chex.assert_trees_all_equal(out.logits, full.logits)
   chex.assert_trees_all_equal(out.attn.weights, full.attn.weights)
 
@@ -101,7 +102,7 @@ def test_temperature_sqrt_dhead_equals_default(params, tokens, full):
 def test_temperature_rescales_first_layer_logits(params, tokens, full):
   """Layer 0 sees the same input at any T, so its weights are softmax(scores / T)."""
   t = 0.37
-  out = gpt2.forward(params, tokens, CONFIG, temperature=t, layers=[0], lm_head=False)
+  out = models.forward(params, tokens, CONFIG, temperature=t, layers=[0], lm_head=False)
   s = np.asarray(full.attn.scores[0], np.float64)
   z = np.where(np.tril(np.ones((L, L), bool)), s / t, -np.inf)
   w = np.exp(z - z.max(-1, keepdims=True))
@@ -117,7 +118,7 @@ def test_normalizer_receives_causal_mask_and_masked_output_is_zeroed(params, tok
     seen["mask"], seen["shape"] = mask, logits.shape
     return jnp.full(logits.shape, 1.0 / logits.shape[-1], logits.dtype)  # ignores the mask
 
-  out = gpt2.forward(params, tokens, CONFIG, normalizer=uniform_everywhere, layers=[1],
+  out = models.forward(params, tokens, CONFIG, normalizer=uniform_everywhere, layers=[1],
                      lm_head=False)
   assert seen["shape"] == (2, CONFIG.n_head, L, L)
   w = np.asarray(out.attn.weights[0])
@@ -126,15 +127,15 @@ def test_normalizer_receives_causal_mask_and_masked_output_is_zeroed(params, tok
 
 
 def test_layers_option_selects_records_and_stops_early(params, tokens, full):
-  out = gpt2.forward(params, tokens, CONFIG, layers=[2, 0], lm_head=False)
+  out = models.forward(params, tokens, CONFIG, layers=[2, 0], lm_head=False)
   assert out.logits is None
   for j, i in enumerate([0, 2]):  # increasing layer order
     np.testing.assert_allclose(out.attn.weights[j], full.attn.weights[i], atol=1e-6)
     np.testing.assert_allclose(out.attn.q[j], full.attn.q[i], atol=1e-6)
-  last = gpt2.forward(params, tokens, CONFIG, layers=-1)
+  last = models.forward(params, tokens, CONFIG, layers=-1)
   np.testing.assert_allclose(last.attn.scores[0], full.attn.scores[-1], atol=1e-5)
   np.testing.assert_allclose(last.logits, full.logits, atol=1e-5)
-  none = gpt2.forward(params, tokens, CONFIG, layers=())
+  none = models.forward(params, tokens, CONFIG, layers=())
   assert none.attn is None
   np.testing.assert_allclose(none.logits, full.logits, atol=1e-5)
 
@@ -145,7 +146,7 @@ def _column_mass(rec):
 
 def test_record_fn_streams_reduction_equal_to_full_records(params, tokens, full):
   # Tolerance 1e-5: same float32 ops compiled in a different program (fusion may reorder).
-  out = gpt2.forward(params, tokens, CONFIG, record_fn=_column_mass)
+  out = models.forward(params, tokens, CONFIG, record_fn=_column_mass)
   assert out.attn["mass"].shape == (CONFIG.n_layer, 2, CONFIG.n_head, L)
   np.testing.assert_allclose(out.attn["mass"], np.asarray(full.attn.weights).sum(-2), atol=1e-5)
   np.testing.assert_allclose(out.attn["qnorm"], np.linalg.norm(full.attn.q, axis=-1),
@@ -161,7 +162,7 @@ def _lxl_arrays():
 def test_iter_layers_matches_forward_and_holds_one_layer(params, tokens, full):
   before = _lxl_arrays()
   seen = []
-  for i, rec in gpt2.iter_layers(params, tokens, CONFIG):
+  for i, rec in models.iter_layers(params, tokens, CONFIG):
     seen.append(i)
     # While the caller holds this record, the only new (B, H, L, L) arrays alive are its own
     # scores and weights: no other layer's L×L arrays are kept by the generator.
@@ -174,7 +175,7 @@ def test_iter_layers_matches_forward_and_holds_one_layer(params, tokens, full):
                                  rtol=1e-5, err_msg=f"layer {i} {name}")
     del rec
   assert seen == [0, 1, 2]
-  sub = [i for i, _ in gpt2.iter_layers(params, tokens, CONFIG, layers=[1])]
+  sub = [i for i, _ in models.iter_layers(params, tokens, CONFIG, layers=[1])]
   assert sub == [1]
 
 
@@ -192,7 +193,7 @@ def test_extreme_temperature_and_large_weights_stay_finite(name):
   @jax.jit
   def run(p):
     def loss(p):
-      out = gpt2.forward(p, toks, cfg, normalizer=norm, temperature=1e-4)
+      out = models.forward(p, toks, cfg, normalizer=norm, temperature=1e-4)
       return jnp.mean(out.logits) + jnp.mean(out.attn.weights ** 2), out
     return jax.value_and_grad(loss, has_aux=True)(p)
 
@@ -211,11 +212,11 @@ def test_extreme_temperature_and_large_weights_stay_finite(name):
 
 
 def test_jit_takes_params_as_arguments_no_recompile(params, tokens):
-  gpt2.forward(params, tokens, CONFIG)
+  models.forward(params, tokens, CONFIG)
   before = engine._forward._cache_size()
   other = gpt2.init_params(jax.random.key(9), CONFIG)
-  a = gpt2.forward(other, tokens, CONFIG).logits
-  b = gpt2.forward(params, tokens, CONFIG).logits
+  a = models.forward(other, tokens, CONFIG).logits
+  b = models.forward(params, tokens, CONFIG).logits
   assert engine._forward._cache_size() == before
   assert not np.allclose(a, b)
 
@@ -251,9 +252,9 @@ def test_bad_arguments_raise_limits_error(params, kwargs, match):
   args.update(kwargs)
   tokens = args.pop("tokens")
   with pytest.raises(LimitsError, match=match):
-    gpt2.forward(params, tokens, CONFIG, **args)
+    models.forward(params, tokens, CONFIG, **args)
   with pytest.raises(LimitsError, match=match):
-    list(gpt2.iter_layers(params, tokens, CONFIG, **args))
+    list(models.iter_layers(params, tokens, CONFIG, **args))
 
 
 @pytest.mark.parametrize("hf,match", [

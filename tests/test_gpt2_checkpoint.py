@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from limits import gpt2
+from limits.models import gpt2
 from limits.errors import LimitsError
-from limits.gpt2 import model as model_lib
+from limits.models.gpt2 import model as model_lib
 
 CONFIG = gpt2.Config(n_layer=2, n_head=2, n_embd=8, n_positions=16, vocab_size=20)
 

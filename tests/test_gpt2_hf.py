@@ -1,8 +1,8 @@
-"""Parity of limits.gpt2 with Hugging Face transformers GPT-2 (PyTorch, eager attention).
+"""Parity of limits.models.gpt2 with Hugging Face transformers GPT-2 (PyTorch, eager attention).
 
 Reference: ``transformers.GPT2LMHeadModel`` (version pinned in requirements-dev.txt) built from a
 random ``GPT2Config`` offline, every parameter perturbed so biases and LayerNorm affine terms are
-non-trivial, saved with ``save_pretrained`` (safetensors) and loaded by ``limits.gpt2.load``.
+non-trivial, saved with ``save_pretrained`` (safetensors) and loaded by ``limits.models.gpt2.load``.
 q, k, v and the raw scores are captured inside HF's own attention function.
 
 Tolerance: 1e-5 absolute on float32 outputs of magnitude O(1)-O(10). The two implementations
@@ -21,7 +21,8 @@ import torch  # requirements-dev.txt: the reference, imported plainly so it can 
 import transformers
 from transformers.models.gpt2 import modeling_gpt2
 
-from limits import gpt2
+from limits import models
+from limits.models import gpt2
 
 ATOL = 1e-5  # float32 summation-order noise, see module docstring
 RTOL = 1e-5
@@ -98,7 +99,7 @@ def test_logits_and_attention_match_hf(tmp_path, kwargs):
   assert config.n_layer == kwargs["n_layer"] and config.n_head == kwargs["n_head"]
   tokens = _tokens(kwargs["vocab_size"], (2, 19))
   ref, cap = _hf_run(model, tokens)
-  out = gpt2.forward(params, tokens, config)
+  out = models.forward(params, tokens, config)
   _close(out.logits, ref.logits, "logits")
   assert out.attn.weights.shape == (config.n_layer, 2, config.n_head, 19, 19)
   for i in range(config.n_layer):
@@ -120,7 +121,7 @@ def test_x_is_ln1_output_against_hf_hook(tmp_path):
   finally:
     for h in hooks:
       h.remove()
-  out = gpt2.forward(params, tokens, config)
+  out = models.forward(params, tokens, config)
   for i in range(2):
     _close(out.attn.x[i], seen[i], f"layer {i} ln_1 output")
 
@@ -133,7 +134,7 @@ def test_untied_lm_head_matches_hf(tmp_path):
   assert not config.tie_word_embeddings
   tokens = _tokens(50, (1, 9))
   ref, _ = _hf_run(model, tokens)
-  _close(gpt2.forward(params, tokens, config).logits, ref.logits, "untied logits")
+  _close(models.forward(params, tokens, config).logits, ref.logits, "untied logits")
 
 
 def test_our_save_loads_in_hf(tmp_path):
@@ -148,7 +149,7 @@ def test_our_save_loads_in_hf(tmp_path):
                                                        attn_implementation="eager").eval()
   tokens = _tokens(70, (2, 13), seed=1)
   ref, _ = _hf_run(model, tokens)
-  out = gpt2.forward(params, tokens, config)
+  out = models.forward(params, tokens, config)
   _close(out.logits, ref.logits, "logits after save -> HF load")
   for i in range(2):
     _close(out.attn.weights[i], ref.attentions[i], f"layer {i} weights")
@@ -177,7 +178,7 @@ def test_normalizer_swap_matches_patched_hf(tmp_path, name, temperature):
   torch_norm = _torch_softmax if name == "softmax" else _torch_sparsemax
   ref, cap = _hf_run(model, tokens, normalizer=torch_norm, temperature=t_ref)
   norm = normalizers.get(name)
-  out = gpt2.forward(params, tokens, config, normalizer=norm, temperature=temperature)
+  out = models.forward(params, tokens, config, normalizer=norm, temperature=temperature)
   _close(out.logits, ref.logits, f"{name} T={temperature} logits")
   for i in range(config.n_layer):
     _close(out.attn.weights[i], ref.attentions[i], f"{name} layer {i} weights")
@@ -194,7 +195,7 @@ def test_float64_parity_is_much_tighter(tmp_path):
   ref, _ = _hf_run(model, tokens)
   with jax.enable_x64(True):
     config, params = gpt2.load(path, dtype="float64")
-    out = gpt2.forward(params, tokens, config)
+    out = models.forward(params, tokens, config)
     assert out.logits.dtype == jnp.float64
     # 1e-10: float64 summation-order noise is ~1e-14 relative; any float32 step would give 1e-7.
     _close(out.logits, ref.logits, "float64 logits", atol=1e-10, rtol=1e-10)
@@ -210,7 +211,7 @@ def test_full_124m_config_matches_hf(tmp_path):
                                                                                50257)
   tokens = _tokens(50257, (1, 64), seed=5)
   ref, cap = _hf_run(model, tokens)
-  out = gpt2.forward(params, tokens, config)
+  out = models.forward(params, tokens, config)
   _close(out.logits, ref.logits, "124M logits")  # |logits| < 3, observed gap ~3e-6
   for i in range(12):
     _close(out.attn.weights[i], ref.attentions[i], f"124M layer {i} weights")

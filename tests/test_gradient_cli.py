@@ -75,8 +75,8 @@ def test_model_source(tmp_path):
   around it: the test above); the results block is what results.json holds."""
   import jax
 
-  from limits import gradient
-  from limits.gpt2 import testing
+  from limits.gradient import task as gradient
+  from limits.models.gpt2 import testing
 
   text = tmp_path / "text.txt"
   words = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
@@ -132,7 +132,7 @@ def test_sampled_plan_gives_the_exhaustive_verdicts(tmp_path):
   """g(T, ε) on a seeded sample of 8 rows per (layer, head) against every row (--fd_rows
   larger than any head): the same verdict on every claim. The exact norms cover every row in
   both plans, so Corollary 3 / Lemma 2 counts are identical; only the Fig. 4 statistics move."""
-  from limits.gpt2 import testing
+  from limits.models.gpt2 import testing
 
   words = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. "
            "But I warn you, if you don't tell me that this means war. ") * 40

@@ -75,7 +75,7 @@ def _run_task(**settings):
   x64=False; the CLI around it: the subprocess tests here and tests/test_gradient_cli.py)."""
   import jax
 
-  from limits import gradient
+  from limits.gradient import task as gradient
 
   config = gradient.GradientConfig(**settings)
   with jax.enable_x64(config.x64):

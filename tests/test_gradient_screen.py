@@ -1,13 +1,18 @@
-"""The gradient step's one-pass screen (limits.gradient_screen): the bracket against dense
+"""The gradient step's one-pass screen (limits.gradient.screen): the bracket against dense
 eigvalsh, the decisions against the exact norm of every (row, T), the causal-span g(T, ε)
 against the full-length one, and no implicit host transfer in the per-layer statistics."""
+
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import bounds, gradient_rows, gradient_screen, normalizers, sensitivity
+from limits import bounds, normalizers
+from limits.gradient import rows as gradient_rows
+from limits.gradient import screen as gradient_screen
+from limits.gradient import sensitivity
 
 TS = np.logspace(-3, 2, 26)
 
@@ -171,7 +176,7 @@ def test_screen_decisions_equal_all_float64_on_the_embedded_model():
   """Every (layer, head, query) row of the embedded model at L = 64, 26 temperatures: the
   float32 screen + float64 Newton gives the counts of the all-float64 Newton path, and the
   max T‖J‖ to 1e-14 relative; the screen decides most pairs (the point of it)."""
-  from limits import sources
+  from limits.records import sources
 
   with jax.enable_x64(True):
     model = sources.load_model("tiny")
@@ -229,3 +234,109 @@ def test_counterexample_closed_form_and_its_numeric_check():
       assert c["T_norm"] == 0.5 and c["exceeds_paper"] and not c["exceeds_tight"]
       assert c["numeric_check"]["ok"]
       assert c["numeric_check"]["jacfwd_svd_norm"] == pytest.approx(1 / (2 * T), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- gradient_rows
+# In-process checks of limits/gradient/rows.py (the CLI tests run it in a subprocess, which a
+# mutation run cannot see); references: numpy's SVD of (diag α − ααᵀ)/T and closed forms.
+
+
+def _softmax_jacobian_norms(rows, mask, T):
+  out = []
+  for l, m in zip(rows, mask):
+    z = np.where(m, l / T, -np.inf)
+    a = np.exp(z - z.max())
+    a /= a.sum()
+    out.append(np.linalg.norm((np.diag(a) - np.outer(a, a)) / T, 2))
+  return np.array(out)
+
+
+def _lemma2_closed(rows, mask, T):
+  r = np.array([l[m].max() - l[m].min() for l, m in zip(rows, mask)])
+  n = mask.sum(-1)
+  return (np.exp(r / T) + np.exp(2 * r / T)) / (T * n)
+
+
+def test_row_norms_range_and_lemma2_against_closed_forms():
+  T = 0.7
+  rows = np.array([[0.0, 0.0, -9.0, 1.0], [2.0, -1.0, 0.5, 30.0], [0.3, 0.1, -0.2, 0.0]])
+  mask = np.array([[True, True, True, False], [True, True, True, False], [True] * 4])
+  with jax.enable_x64(True):
+    want = _softmax_jacobian_norms(rows, mask, T)
+    for how in ("jacfwd", "closed", "secular"):
+      got = np.asarray(gradient_rows.row_norms("softmax", {}, jnp.asarray(rows), T,
+                                               jnp.asarray(mask), how=how))
+      np.testing.assert_allclose(got, want, rtol=1e-10, err_msg=how)
+  r, n = gradient_rows.row_range_and_count(rows, mask, chunk=2)   # chunks of 2 rows
+  np.testing.assert_allclose(r[:, 0], [9.0, 3.0, 0.5], rtol=1e-15)
+  np.testing.assert_array_equal(n[:, 0], [3, 3, 4])
+  with np.errstate(over="ignore"):   # max − min of the ±max-float fill of an empty row
+    empty = gradient_rows.row_range_and_count(rows[:1], np.zeros((1, 4), bool))
+  assert (empty[0][0, 0], empty[1][0, 0]) == (0.0, 1.0)       # no visible key: r = 0, n = 1
+  temps = [0.7, 3.0]
+  got = gradient_rows.lemma2_all_rows(rows, mask, temps)
+  for k, t in enumerate(temps):
+    np.testing.assert_allclose(got[:, k], _lemma2_closed(rows, mask, t), rtol=1e-12)
+
+
+def test_run_temperature_summary_and_rows():
+  """One temperature on 3 rows (float64): every number of the summary and of the per-row
+  records against numpy (norms), closed forms (bounds: 1/(4T) paper, 1/(2T) tight, Lemma 2)
+  and the inputs it only passes on (g statistics, the all-row screen counts)."""
+  T = 0.25                      # paper bound min(1, √2) = 1, tight 2
+  rows = np.array([[0.0, 0.0, -40.0, -40.0],     # tied top two: norm → 1/(2T) = 2 > paper
+                   [1.0, -2.0, 0.5, 0.0],
+                   [3.0, 0.1, -0.3, 9.0]])
+  mask = np.array([[True] * 4, [True] * 4, [True, True, True, False]])
+  eps = [0.1, 1.0]
+  fd_idx = np.array([1, 2])
+  g_vals = np.array([[3.0, 0.5], [20.0, 1.5]])  # (S, E): 20 > √2/0.1 = 14.1; 1.5 > √2/1
+  stats_in = {"n_exceed_lemma2": 0, "lemma2_finite": 3, "nonfinite": 0, "rows": 3,
+              "n_exceed_paper": 1, "n_exceed_tight": 0, "max_norm": 2.0, "newton": 2}
+  tol = {"exact": {"atol": 1e-12, "rtol": 1e-9}, "matfree": {"atol": 1e-8, "rtol": 1e-6},
+         "violation_rtol": 1e-9}
+  with jax.enable_x64(True):
+    summary, per_row = gradient_rows.run_temperature(
+        T, rows, mask, np.arange(3), np.array([0]), eps, "softmax", {}, g_vals=g_vals,
+        fd_idx=fd_idx, all_stats=stats_in, dense=True, groups=np.array([0, 1, 1]),
+        n_groups=2, dtype_tol=tol)
+  norms = _softmax_jacobian_norms(rows, mask, T)
+  l2 = _lemma2_closed(rows, mask, T)
+  assert norms[0] > 1.0 * (1 + 1e-6) and (norms[1:] < 1.0).all()   # row 0 only over paper
+  assert (summary["T"], summary["paper_bound"], summary["tight_bound"]) == (T, 1.0, 2.0)
+  assert summary["exact_rows"] == 3 and summary["exact_method"] == "jacfwd+svd"
+  assert summary["max_norm"] == pytest.approx(norms.max(), rel=1e-10)
+  assert summary["mean_norm"] == pytest.approx(norms.mean(), rel=1e-10)
+  assert summary["max_T_norm"] == pytest.approx(T * norms.max(), rel=1e-10)
+  assert (summary["n_exceed_paper"], summary["n_exceed_tight"],
+          summary["n_exceed_lemma2"]) == (1, 0, 0)
+  assert {k: summary[k] for k in summary if k.startswith("all_rows")} == {
+      "all_rows_n_exceed_lemma2": 0, "all_rows_lemma2_finite": 3, "all_rows_nonfinite_norm": 0,
+      "all_rows": 3, "all_rows_n_exceed_paper": 1, "all_rows_n_exceed_tight": 0,
+      "all_rows_max_T_norm": 0.5, "all_rows_newton": 2}
+  cf = summary["closed_form"]
+  assert cf["ok"] and cf["max_abs"] <= 1e-12 and cf["what"] == "dense closed-form J"
+  assert summary["checks"]["rows"] == 1 and summary["checks"]["fd_eps"] == pytest.approx(
+      1e-5 * T)
+  assert set(summary["checks"]) == {"rows", "fd_eps", "jacrev", "fd"}
+  assert summary["checks"]["jacrev"] is not None and summary["checks"]["fd"] is not None
+  g = summary["g"]
+  assert set(g) == {"0.1", "1"}
+  assert (g["0.1"]["mean"], g["0.1"]["max"], g["0.1"]["n_rows"]) == (11.5, 20.0, 2)
+  assert g["0.1"]["n_above_paper_bound"] == 2 and g["1"]["n_above_paper_bound"] == 1
+  assert g["0.1"]["n_above_sqrt2_over_eps"] == 1 and g["1"]["n_above_sqrt2_over_eps"] == 1
+  # groups: fd rows 1, 2 are both in group 1 (group 0 has none): max of the averages.
+  assert (g["0.1"]["paper_stat"], g["0.1"]["paper_stat_head"]) == (11.5, 1)
+  cex = summary["counterexample"]
+  assert cex["norm"] == 2.0 and cex["exceeds_paper"] and not cex["exceeds_tight"]
+  assert [r["row"] for r in per_row] == [0, 1, 2]
+  for j, r in enumerate(per_row):
+    assert r["T"] == T and r["norm"] == pytest.approx(norms[j], rel=1e-10)
+    assert r["T_norm"] == pytest.approx(T * norms[j], rel=1e-10)
+    assert r["closed_norm"] == pytest.approx(norms[j], rel=1e-10)
+    assert (r["paper_bound"], r["tight_bound"]) == (1.0, 2.0)
+    assert r["lemma2_bound"] == pytest.approx(l2[j], rel=1e-12)
+    assert (r["exceeds_paper"], r["exceeds_tight"], r["exceeds_lemma2"]) == (j == 0, False,
+                                                                              False)
+  assert math.isnan(per_row[0]["g_eps_0.1"])                  # row 0 is not an fd row
+  assert (per_row[1]["g_eps_0.1"], per_row[2]["g_eps_0.1"]) == (3.0, 20.0)

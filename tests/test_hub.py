@@ -23,11 +23,11 @@ import urllib.parse
 import numpy as np
 import pytest
 
-from limits import gpt2
+from limits.models import gpt2
 from limits.errors import LimitsError
-from limits.gpt2 import checkpoint
-from limits.gpt2 import model as model_lib
-from limits.gpt2.testing import make_random_model_dir
+from limits.models.gpt2 import checkpoint
+from limits.models.gpt2 import model as model_lib
+from limits.models.gpt2.testing import make_random_model_dir
 from limits.models import hub
 
 REPO = "limits-test/tiny-gpt2"
@@ -267,7 +267,7 @@ def test_second_resolve_uses_the_cache_with_the_hub_gone(fake_hub, env, monkeypa
   monkeypatch.setattr(socket.socket, "connect", connect)
   assert hub.find_cached(REPO) == first
   assert hub.resolve_name(REPO) == first
-  assert checkpoint.resolve(REPO) == first  # limits.gpt2 names go through the hub
+  assert checkpoint.resolve(REPO) == first  # limits.models.gpt2 names go through the hub
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   assert hub.resolve_name(REPO) == first
   assert len(fake_hub.requests) == n and not no_internet
@@ -276,7 +276,7 @@ def test_second_resolve_uses_the_cache_with_the_hub_gone(fake_hub, env, monkeypa
 def test_known_short_name_downloads_its_repo(monkeypatch, env, model_files):
   fake = _serve(monkeypatch, {"openai-community/gpt2": dict(model_files)})
   try:
-    config, _ = gpt2.load("gpt2")  # limits.gpt2.load -> checkpoint.resolve -> hub
+    config, _ = gpt2.load("gpt2")  # limits.models.gpt2.load -> checkpoint.resolve -> hub
   finally:
     fake.stop()
   assert "/api/models/openai-community/gpt2/revision/main" in fake.paths()

@@ -4,14 +4,15 @@ Before: SIGINT at an arbitrary moment raised ``KeyboardInterrupt`` wherever Pyth
 JAX's gc callback it was "Exception ignored" and the run went on to exit 0 (reproduced 3 of 3
 on ``distance --mode=critical_n --lengths=64,128,256`` interrupted at 8, 15 and 25 s); during a
 dispatch the CLI exited under XLA's running threads (segfault, exit 139). Now
-:mod:`limits.interrupts` defers the signal to the loops' safe points.
+:mod:`limits.runs.interrupts` defers the signal to the loops' safe points.
 
 The mechanism is tested in small subprocesses without JAX (fast, deterministic). The CLIs are
 interrupted at seeded moments (:data:`MOMENTS`): each must exit 130 with no traceback and no
 crash, keep the results it wrote, and the same command must then finish in the same folder
-with values identical to an uninterrupted run. One moment runs by default; all of them
-(distance in every mode, separability on model and sphere, gradient, vanishing, sweep,
-reproduce: 21 moments) under ``-m slow``.
+with values identical to an uninterrupted run, continuing from the units it had finished
+(limits.runs.resume; tests/test_resume.py tests each experiment's resume in process). One
+moment runs by default; all of them (distance in every mode, separability on model and sphere,
+gradient, vanishing, sweep, reproduce: 21 moments) under ``-m slow``.
 """
 
 import csv
@@ -31,7 +32,7 @@ from tests.cli_helpers import REPO, interruptible, run_experiment, start_experim
 # ------------------------------------------------------------------------ the mechanism
 
 _PRELUDE = ("import gc, os, signal, sys\n"
-            "from limits import interrupts\n")
+            "from limits.runs import interrupts\n")
 
 
 def _python(code: str, timeout: int = 60):
@@ -67,7 +68,7 @@ def test_a_signal_in_a_gc_callback_is_swallowed_by_default_and_kept_when_deferre
 
 
 def interrupts_notice() -> str:
-  from limits import interrupts
+  from limits.runs import interrupts
 
   return interrupts.NOTICE
 
@@ -116,7 +117,7 @@ def test_a_second_signal_stops_at_once_with_130():
 # ------------------------------------------------------------------------ the CLIs
 
 def _text(root: Path) -> Path:
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   path = root / "text.txt"
   if not path.exists():
@@ -163,6 +164,10 @@ CASES = {
                   ["claims"]),
 }
 SWEEP_ENV = {"LIMITS_SWEEP_TOY_DELAY": "0.3"}
+# Cases that resume through limits.runs.resume (results.json "resume"); the sweep skips its
+# recorded cells and reproduce its finished steps instead.
+RESUMED = {c for c in CASES if c.split("_")[0] in ("distance", "separability", "gradient",
+                                                    "vanishing")}
 
 
 def _moments(seed: int = 30):
@@ -261,15 +266,21 @@ def _check_moment(case: str, trigger: str, delay: float, root: Path, tmp: Path):
     assert bad not in both, stderr[-3000:]
   lines = [ln for ln in stderr.splitlines() if ln.startswith(("interrupt", "error"))]
   assert lines[-1] == "interrupted: results written so far are kept in the run directory", lines
+  kept_units = 0
   if before is not None:  # results written before the signal are kept (or extended), whole
     kept = json.loads((out / "results.json").read_text())
     assert kept["experiment"] == json.loads(before)["experiment"]
+    kept_units = len(kept["results"].get("resume", {}).get("partial", {}))
   assert not list(out.glob(".*.tmp")), list(out.glob(".*"))  # no half-written file left
   # The same command finishes in the same folder, with the values of an uninterrupted run.
   module, args = _args(case, root, out)
   again = run_experiment(module, args, env=_env(case), timeout=900)
   assert again.returncode == 0, again.stderr[-3000:]
   assert _values(case, out) == _reference(case, root)
+  if case in RESUMED:  # continued from the units it had finished, not recomputed
+    block = json.loads((out / "results.json").read_text())["results"]["resume"]
+    assert block["resumed"] == kept_units and block["units"] == block["resumed"] + block[
+        "computed"], (block, kept_units)
 
 
 @pytest.fixture(scope="module")
@@ -297,9 +308,9 @@ def test_moments_cover_every_experiment_and_mode():
 
 def test_progress_bars_start_no_monitor_thread():
   """tqdm's monitor thread (started by the first plain bar, as the second half shows) would be
-  one more thread alive when a CLI exits on Ctrl-C; limits.progress bars start none."""
+  one more thread alive when a CLI exits on Ctrl-C; limits.runs.progress bars start none."""
   code = ("import io, threading\n"
-          "from limits.progress import Progress\n"
+          "from limits.runs.progress import Progress\n"
           "with Progress(3, 'x', stream=io.StringIO()) as p:\n"
           "  p.update(1)\n"
           "  print(sorted(t.name for t in threading.enumerate()), flush=True)\n"

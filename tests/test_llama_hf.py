@@ -183,13 +183,13 @@ def test_pickle_only_llama_dir_refused(tmp_path):
   assert "\n" not in str(e.value)
 
 
-def test_rope_scaling_and_biases_refused(tmp_path):
+def test_unsupported_rope_scaling_and_mlp_bias_refused(tmp_path):
   import json
 
   _, path = _hf_model(tmp_path, seed=2)
   cfg = json.loads((path / "config.json").read_text())
-  for key, value, match in (("rope_scaling", {"rope_type": "linear", "factor": 2.0},
-                             "rope_scaling"), ("attention_bias", True, "attention_bias")):
+  for key, value, match in (("rope_scaling", {"rope_type": "yarn", "factor": 2.0},
+                             "rope_scaling"), ("mlp_bias", True, "mlp_bias")):
     bad = dict(cfg, **{key: value})
     (path / "config.json").write_text(json.dumps(bad))
     with pytest.raises(LimitsError, match=match):
@@ -244,8 +244,10 @@ def test_transformers4_style_config_loads_with_its_theta(tmp_path):
 
 
 @pytest.mark.parametrize("style", ["v5", "v4"])
-@pytest.mark.parametrize("rope_type", ["llama3", "linear", "dynamic", "yarn"])
+@pytest.mark.parametrize("rope_type", ["yarn", "longrope"])
 def test_rope_types_that_change_attention_are_refused(tmp_path, style, rope_type):
+  """Types other than default, linear, dynamic and llama3 (those: tests/test_llama_families_hf.py)
+  are refused in both config formats."""
   import json
 
   from limits.models.llama.config import Config

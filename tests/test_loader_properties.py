@@ -23,9 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from limits import gpt2, models
+from limits import models
+from limits.models import gpt2
 from limits.errors import LimitsError
-from limits.gpt2.config import Config as Gpt2Config
+from limits.models.gpt2.config import Config as Gpt2Config
 from limits.models.llama.config import Config as LlamaConfig
 from tests.test_models_loading import CONFIG as LLAMA_CONFIG
 from tests.test_models_loading import _flat as llama_flat
@@ -120,8 +121,9 @@ def _check_llama(hf, config):
     value = _given(hf, key, default)
     assert _pos_num(value) and getattr(config, attr) == value, key
   assert config.tie_word_embeddings is _given(hf, "tie_word_embeddings", False)
-  for flag in ("attention_bias", "mlp_bias"):
-    assert hf.get(flag) in (None, False)
+  assert hf.get("mlp_bias") in (None, False)
+  bias = hf.get("attention_bias") in (True,)  # q, k, v and o biases (HF LlamaAttention)
+  assert config.qkv_bias is bias and config.o_bias is bias
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from limits import gpt2, models
+from limits import models
+from limits.models import gpt2
 from limits.errors import LimitsError
-from limits.gpt2 import model as gpt2_model
+from limits.models.gpt2 import model as gpt2_model
 from tests.test_models_loading import CONFIG as LLAMA_CONFIG
 from tests.test_models_loading import _flat as llama_flat
 from tests.test_models_loading import _write_llama_gguf

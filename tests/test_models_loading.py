@@ -14,7 +14,7 @@ import pytest
 
 from limits import models
 from limits.errors import LimitsError
-from limits.gpt2 import testing as gpt2_testing
+from limits.models.gpt2 import testing as gpt2_testing
 from limits.models import gguf_file
 from limits.models.llama import model as llama_model
 from limits.models.llama.config import Config as LlamaConfig
@@ -170,7 +170,8 @@ def test_unknown_model_type_lists_families(tmp_path):
   cfg["model_type"] = "mamba"
   (d / "config.json").write_text(json.dumps(cfg))
   with pytest.raises(LimitsError, match="model_type='mamba' is not supported; supported "
-                                        "model types: gpt2, llama, gemma3, gemma3_text") as e:
+                                        "model types: gpt2, llama, mistral, qwen2, qwen3, "
+                                        "gemma3, gemma3_text") as e:
     models.load(d)
   _one_line(e)
   (d / "config.json").write_text("{not json")
@@ -192,7 +193,7 @@ def test_weight_file_spec_loads_that_file(tmp_path):
   with pytest.raises(LimitsError, match="alt.safetensors.*non-finite") as e:
     models.load(d / "alt.safetensors")
   _one_line(e)
-  from limits import sources
+  from limits.records import sources
 
   with pytest.raises(LimitsError, match="alt.safetensors"):
     sources.load_model(str(d / "alt.safetensors"))

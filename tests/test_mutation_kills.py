@@ -14,14 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import bounds, results, stats
+from limits import bounds, stats
+from limits.runs import results
 from limits.errors import LimitsError
 from limits.claims import assessment
 from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Claim, Reading, Verdict
 from limits.claims.judges_distance import judge_fig2b_converge_printed
 from limits.claims.judges_gradient import judge_cor3_printed
 from limits.selection import sort_desc
-from limits.separability_rows import count_distinguishable, row_stats
+from limits.separability.rows import count_distinguishable, row_stats
 
 
 # (a) bounds.lemma1_check: both sides C1/L <= alpha_i and alpha_i <= C2/L are counted. -----------
@@ -267,3 +268,164 @@ def test_critical_n_contract(method):
 
 def test_critical_n_default_method_is_bisect():
   assert stats.critical_n(lambda ns: [0.5] * len(ns), 1, 50).method == "bisect"
+
+
+def test_critical_n_bisect_probes_evenly_and_narrows_to_the_bracket():
+  """The batch-ary search on [1, 9] (lo = 0, hi = 10) with batch 4 probes the four points that
+  cut (0, 10) into five equal parts, 2, 4, 6, 8; with the crossing at 5, 6 and 8 pass and 4
+  rejects, so the bracket becomes (4, 6) and the only point left is 5 (derived by hand)."""
+  calls = []
+
+  def p(ns):
+    calls.append(list(ns))
+    return [0.5 if n >= 5 else 0.001 for n in ns]
+
+  r = stats.critical_n(p, 1, 9, alpha=0.01, method="bisect", batch=4)
+  assert calls == [[2, 4, 6, 8], [5]] and r.n == 5
+  # Crossing at 3: 2 rejects, 4 passes -> bracket (2, 4) -> probe 3.
+  calls.clear()
+  p3 = lambda ns: (calls.append(list(ns)), [0.5 if n >= 3 else 0.001 for n in ns])[1]
+  assert stats.critical_n(p3, 1, 9, method="bisect", batch=4).n == 3
+  assert calls == [[2, 4, 6, 8], [3]]
+
+
+@pytest.mark.parametrize("method", ["scan", "bisect"])
+def test_critical_n_never_probes_above_n_max(method):
+  """p passes only above the range (N >= 10 on [5, 9]): nothing passes inside, so the answer is
+  None, the method is recorded, and no N outside [5, 9] is ever handed to the p-value function."""
+  probed = []
+
+  def p(ns):
+    probed.extend(ns)
+    return [0.5 if n >= 10 else 0.001 for n in ns]
+
+  r = stats.critical_n(p, 5, 9, alpha=0.01, method=method, batch=8)
+  assert r.n is None and r.method == method and r.as_dict()["method"] == method
+  assert set(probed) <= {5, 6, 7, 8, 9} and 9 in probed
+  assert (r.decisions_monotone, r.pvalues_monotone) == (True, True)
+
+
+def test_critical_n_as_dict_keys_and_values():
+  r = stats.critical_n(lambda ns: [0.5 if n >= 2 else 0.001 for n in ns], 1, 3, alpha=0.05,
+                       method="scan", batch=3)
+  assert r.as_dict() == {"critical_n": 2, "alpha": 0.05, "method": "scan",
+                         "evaluated": {1: 0.001, 2: 0.5, 3: 0.5},
+                         "decisions_monotone": True, "pvalues_monotone": True}
+  down = stats.critical_n(lambda ns: [0.5 if n == 1 else 0.001 for n in ns], 1, 2,
+                          method="scan", batch=2).as_dict()
+  assert (down["decisions_monotone"], down["pvalues_monotone"]) == (False, False)
+
+
+def test_critical_n_names_the_bad_method():
+  with pytest.raises(LimitsError, match=r"method='nope' is not one of \('scan', 'bisect'\)"):
+    stats.critical_n(lambda ns: [0.5] * len(ns), 1, 4, method="nope")
+
+
+# Survivors of the sampled "claims" run (tools/mutation_run.py --groups claims --sample 40). -----
+
+from limits import claims as C  # noqa: E402
+
+
+def _safe(judge, s, r=None):
+  """A judge under judge_safely's contract (a missing/malformed field -> not testable)."""
+  claim = Claim(id="t", kind="lemma", where="here", words="w", setting="s", step="step",
+                criterion="c", judge=judge)
+  return assessment.judge_safely(claim, s, r or {})
+
+
+def test_not_run_labels_the_reason():
+  claim = Claim(id="t", kind="lemma", where="here", words="w", setting="s", step="step",
+                criterion="c", judge=lambda s, r: None)
+  a = assessment.not_run(claim, "step 'gradient' failed: boom")
+  assert (a.verdict, a.label, a.default.status) == (C.NOT_RUN, "step 'gradient' failed: boom",
+                                                    C.NOT_RUN)
+  assert a.default.reason == "step 'gradient' failed: boom"
+
+
+def test_nonfinite_norms_are_named_in_the_reason():
+  s = {"T": [0.01, 1.0], "counterexample_norm": [50.0, 0.5], "nonfinite_T": [0.001, 0.25]}
+  for judge in (C.judge_cor3_printed, C.judge_cor3_tight):
+    v = _safe(judge, s)
+    assert v.status == NOT_TESTABLE and "non-finite at T = 0.001, 0.25" in v.reason, v
+
+
+def test_cor3_tight_reads_the_data_rows_max():
+  """max T·‖J‖₂ over the counterexample (exactly 1/2 here) and the data rows' recorded max."""
+  ts = [0.1, 1.0]
+  s = {"T": ts, "counterexample_norm": [1 / (2 * t) for t in ts]}
+  assert C.judge_cor3_tight(s, {}).status == HOLDS
+  assert _safe(C.judge_cor3_tight, {**s, "max_T_norm": 0.4}).status == HOLDS
+  v = _safe(C.judge_cor3_tight, {**s, "max_T_norm": 0.6})
+  assert v.status == FAILS and v.measured == "max T·‖J‖₂ = 0.6"
+
+
+def test_lemma2_overflow_is_not_testable_below_half_finite():
+  base = {"lemma2_exceed": 0, "lemma2_pairs": 10}
+  v = _safe(C.judge_lemma2, {**base, "lemma2_finite": 4})       # 2·4 < 10: constrains nothing
+  assert v.status == NOT_TESTABLE
+  assert "overflows to infinity on 6 of 10 (row, T) pairs" in v.reason
+  assert _safe(C.judge_lemma2, {**base, "lemma2_finite": 5}).status == HOLDS   # 2·5 = 10
+  assert _safe(C.judge_lemma2, {**base, "lemma2_exceed": 1, "lemma2_finite": 0}).status == FAILS
+
+
+def test_simplex_judge_counts_rows_above_sqrt2_over_eps():
+  assert C.judge_simplex({"sqrt2_exceed": {"0.1": 0, "1": 0}}, {}).status == HOLDS
+  v = C.judge_simplex({"sqrt2_exceed": {"0.1": 0, "1": "2"}}, {})
+  assert (v.status, v.measured) == (FAILS, "2 rows above √2/ε")
+
+
+def test_lemma1_judges_report_what_they_read():
+  v = C.judge_lemma1_model({"lemma1_slopes": {"softmax": 0.25}}, {})
+  assert v.status == NOT_TESTABLE and v.measured == "softmax: 0.25"
+  s = {"lemma1": {"exp": {"violations": 0, "checked": 1200, "C2": 54.6},
+                  "note": "not a normalizer entry"}}
+  v = C.judge_lemma1_bounded(s, {})
+  assert (v.status, v.measured, v.sample) == (HOLDS, "exp: C2 = 54.6, 0 violations", "1,200 rows")
+  s["lemma1"]["softplus"] = {"violations": 3, "checked": 10}
+  v = C.judge_lemma1_bounded(s, {})
+  assert v.status == FAILS and "softplus: C2 = nan, 3 violations" in v.measured
+  assert v.sample == "1,210 rows"                           # rows checked add up over F
+
+
+def test_fig2b_tightens_reads_the_norm_columns_under_the_norm_reading():
+  """Sum form: d_max/d̃ falls from N = 20 to 100 (holds); norm form: it rises (fails)."""
+  rows = [{"L": 64, "N": n, "d_sum_mean": 10.0, "dmax_sum_mean": {20: 30.0, 100: 20.0}[n],
+           "d_norm_mean": 10.0, "dmax_norm_mean": {20: 20.0, 100: 30.0}[n]} for n in (20, 100)]
+  assert C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "sum"}).status == HOLDS
+  assert C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "norm"}).status == FAILS
+
+
+def test_fig2c_shows_pass_windows_only_when_one_closed():
+  """A single window still open at the last N scanned is not shown; one that closed before it
+  is ("passes at N = 4–6")."""
+  def summary(pvals, windows):
+    entry = {"critical_n": 4, "alpha": 0.01, "evaluated": pvals, "windows": windows}
+    return {"critical_scan": {"100": {"printed": entry, "reconstructed": entry}}, "heads": 144}
+
+  r = {"AMBIG-18": "printed", "AMBIG-9": "0.01"}
+  open_ = summary({str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 7)}, [[4, 6]])
+  v = C.judge_fig2c(open_, r)
+  assert v.status == HOLDS and "passes at" not in v.measured, v
+  closed = summary({str(n): (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 8)}, [[4, 6]])
+  assert "(passes at N = 4–6)" in C.judge_fig2c(closed, r).measured
+
+
+def test_upper_tracking_counts_stderr_and_states_the_gap():
+  """A head 0.1 above its derived bound: within 3 standard errors of 0.04 (0.12) it is no
+  violation, with 0.02 (0.06) or a non-finite stderr (read as 0) it is."""
+  def s(err):
+    return {"per_head": [{"n": 4, "frac": 0.8, "lower": 0, "upper": 0.7, "upper_printed": 0.95,
+                          "stderr": err}]}
+
+  v = C.judge_fig3_upper_derived(s("0.04"), {})
+  assert v.status == HOLDS
+  assert v.measured == "bound − max N_s/N up to -0.1; 0 of 1 decidable (head, N) cases above " \
+                       "the bound", v.measured
+  assert C.judge_fig3_upper_derived(s("0.02"), {}).status == FAILS
+  assert C.judge_fig3_upper_derived(s("inf"), {}).status == FAILS
+
+
+def test_sphere_cap_names_the_missing_grid():
+  s = {"n": [1, 2, 4, 8], "max": [1.0, 0.9, 0.8, 0.7]}     # no N >= 16
+  v = _safe(C.judge_sphere_cap, s)
+  assert v.status == NOT_TESTABLE and "N ≥ 16 in the grid" in v.reason, v

@@ -1,5 +1,5 @@
 """Packaging: pyproject.toml declares what requirements*.txt pin, the wheel carries the data,
-and the ``limits`` command (limits/command.py) is ``python -m experiments.NAME``.
+and the ``limits`` command (limits/cli/command.py) is ``python -m experiments.NAME``.
 
 The dispatcher is compared with ``python -m experiments.NAME`` itself (the independent
 reference): same exit code and output for a bad flag and for ``--help``. The ``slow`` test
@@ -23,7 +23,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from limits import command, data
+from limits import data
+from limits.cli import command
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
@@ -87,7 +88,7 @@ def test_package_data_covers_every_data_file_of_the_package():
   assert not any(f.endswith(".txt") and "war_and_peace" in f for f in files)  # never plain text
   include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
   assert "experiments*" in include and "limits*" in include
-  assert PYPROJECT["project"]["scripts"]["limits"] == "limits.command:main"
+  assert PYPROJECT["project"]["scripts"]["limits"] == "limits.cli.command:main"
 
 
 def test_every_experiment_is_a_command():
@@ -98,7 +99,7 @@ def test_every_experiment_is_a_command():
 # ---------------------------------------------------------------------------------------------
 # The dispatcher against `python -m experiments.NAME`.
 
-def _run(args, cwd=REPO, exe=(sys.executable, "-m", "limits.command"), env=None, timeout=300):
+def _run(args, cwd=REPO, exe=(sys.executable, "-m", "limits.cli.command"), env=None, timeout=300):
   env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu")
   return subprocess.run([*exe, *args], cwd=cwd, env=env, capture_output=True, text=True,
                         timeout=timeout)

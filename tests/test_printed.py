@@ -1,4 +1,4 @@
-"""limits.printed against direct NumPy loops written from the formulas' text, plus hand values.
+"""limits.distance.printed and limits.separability.printed against direct NumPy loops written from the formulas' text, plus hand values.
 
 Each expected value is computed here by a plain loop over i (and j), not by the module.
 """
@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import printed
+from limits.distance import printed
+from limits.separability import printed as sep_printed
 
 
 
@@ -110,26 +111,26 @@ def loop_xi(a, M, delta):
 def test_xi_and_upper_bounds_match_loops():
   a = np.array([0.4, 0.2, 0.1, 0.05])
   M, delta, r = 1.3, 0.7, 0.2
-  xi = printed.xi_values(jnp.asarray(a), M, delta)
+  xi = sep_printed.xi_values(jnp.asarray(a), M, delta)
   np.testing.assert_allclose(np.asarray(xi), loop_xi(a, M, delta), rtol=1e-12)
   xs = loop_xi(a, M, delta)
   want_printed = sum(math.exp(-(r - v) ** 2 / (16 * M ** 2)) for v in xs) / len(xs)
   want_derived = sum(math.exp(-max(v - r, 0.0) ** 2 / (2 * M ** 2)) for v in xs) / len(xs)
-  assert float(printed.theorem2_upper_printed(xi, r, M)) == pytest.approx(want_printed, rel=1e-12)
-  assert float(printed.theorem2_upper_derived(xi, r, M)) == pytest.approx(want_derived, rel=1e-12)
+  assert float(sep_printed.theorem2_upper_printed(xi, r, M)) == pytest.approx(want_printed, rel=1e-12)
+  assert float(sep_printed.theorem2_upper_derived(xi, r, M)) == pytest.approx(want_derived, rel=1e-12)
 
 
 def test_printed_upper_has_no_positive_part():
   # r above every ξ_i: the derived form is exactly 1, the printed one is below 1.
   xi = jnp.array([0.1, 0.2])
-  assert float(printed.theorem2_upper_derived(xi, 2.0)) == 1.0
-  assert float(printed.theorem2_upper_printed(xi, 2.0)) < 1.0
+  assert float(sep_printed.theorem2_upper_derived(xi, 2.0)) == 1.0
+  assert float(sep_printed.theorem2_upper_printed(xi, 2.0)) < 1.0
 
 
 def test_printed_upper_vmaps():
   xis = jnp.array([[0.1, 0.5], [0.9, 1.5]])
   rs = jnp.array([0.3, 0.2])
-  got = jax.vmap(printed.theorem2_upper_printed)(xis, rs)
+  got = jax.vmap(sep_printed.theorem2_upper_printed)(xis, rs)
   want = [np.mean(np.exp(-(r - np.asarray(x)) ** 2 / 16)) for x, r in zip(xis, rs)]
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
 
@@ -164,7 +165,7 @@ def test_head_expectations_match_the_per_row_forms():
   import jax
   import numpy as np
 
-  from limits import printed
+  from limits.distance import printed
 
   with jax.enable_x64(True):
     rng = np.random.default_rng(3)

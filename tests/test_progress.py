@@ -1,8 +1,8 @@
-"""Tests for limits/progress.py: the tqdm wrapper's output off a terminal and when disabled."""
+"""Tests for limits/runs/progress.py: the tqdm wrapper's output off a terminal and when disabled."""
 
 import io
 
-from limits.progress import Progress
+from limits.runs.progress import Progress
 
 
 def test_off_a_terminal_each_redraw_is_one_plain_line():

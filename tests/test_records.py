@@ -19,8 +19,10 @@ import jax
 import numpy as np
 import pytest
 
-from limits import models, records, reproduction_runner, sources
-from limits.gpt2.testing import make_random_model_dir
+from limits import models, records
+from limits.reproduction import runner as reproduction_runner
+from limits.records import sources
+from limits.models.gpt2.testing import make_random_model_dir
 from limits.records import key as key_lib
 
 

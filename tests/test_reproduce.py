@@ -128,7 +128,10 @@ def test_unwritable_out_dir_one_line(tmp_path):
 # --- trusting a step's outputs ---------------------------------------------------------------
 
 def _config_class(module):
-  from limits import distance_task, gradient, separability_task, vanishing
+  from limits import vanishing
+  from limits.distance import task as distance_task
+  from limits.gradient import task as gradient
+  from limits.separability import task as separability_task
 
   return {"experiments.gradient": gradient.GradientConfig,
           "experiments.vanishing": vanishing.VanishingConfig,
@@ -207,7 +210,7 @@ def _reproduce_in_process(out, only):
   """``experiments.reproduce --quick --only=ONLY --out_dir=OUT`` through the function its
   ``main`` calls, in this process (no model step, so no model or corpus); each step still runs
   as its own CLI subprocess. This process's signal handlers are back afterwards."""
-  from limits import reproduction_runner as runner
+  from limits.reproduction import runner
 
   steps = [s for s in rp.STEPS if s.name in only]
   handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from limits import interrupts, results, sweep
+from limits import sweep
+from limits.runs import interrupts
+from limits.runs import results
 from limits.errors import LimitsError
 from tests.cli_helpers import interruptible
 
@@ -166,7 +168,7 @@ def test_unwritable_out_dir_fails_before_the_computation(err, words, tmp_path, f
 def _sample_text(tmp_path):
   """A short War and Peace opening as --text: these cases test the output folder, not the
   corpus (which the default test run never has)."""
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   path = tmp_path / "sample.txt"
   path.write_text(SAMPLE_TEXT * 3, encoding="utf-8")
@@ -373,7 +375,7 @@ def test_second_sweep_on_a_busy_folder_refuses_then_interrupt_and_resume(tmp_pat
 
 def test_lock_names_the_holder_and_dies_with_it(tmp_path):
   holder = subprocess.Popen(
-      [sys.executable, "-c", "import sys, time; from limits import results; "
+      [sys.executable, "-c", "import sys, time; from limits.runs import results; "
        f"results.lock_dir({str(tmp_path)!r}); print('locked', flush=True); time.sleep(60)"],
       cwd=REPO, stdout=subprocess.PIPE, text=True)
   try:

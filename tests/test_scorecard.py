@@ -27,7 +27,7 @@ def tiny():
 
 
 def _text_tokens(n_windows, length):
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   tok = models.load_tokenizer("tiny").encode(SAMPLE_TEXT * 4)
   return np.asarray(tok[:n_windows * length], np.int32).reshape(n_windows, length)
@@ -225,6 +225,48 @@ def test_distance_metrics_equal_per_row_reference():
   assert crit is None or 1 <= crit <= L - 1
 
 
+def test_critical_n_is_the_ascending_scan_against_the_printed_e():
+  """The crit. N/L column follows Fig. 2c's primary reading (issue 28): the first N of the scan
+  N = 1, 2, … where KS does not reject per-head d̄ against the printed E. Every p-value the scan
+  evaluated is recomputed here from per-row references (limits.distance.cumulative_distance,
+  limits.distance.printed.expected_printed_rows, one query at a time) and scipy's KS; float32 inputs,
+  so p-values agree to 1e-6 (the statistic is exact unless two samples tie within rounding)."""
+  from scipy import stats as sst
+
+  from limits.distance import printed
+
+  rng = np.random.default_rng(5)
+  L, H, d = 12, 3, 4
+  layers = [_causal_softmax(rng, 2, H, L, d) for _ in range(2)]
+  out = sc.distance_metrics(layers, (5,), L)
+  scan = out["critical_scan"]
+  assert scan["method"] == "ascending scan" and scan["evaluated"]
+
+  def per_head(n):
+    d_h, e_h = [], []
+    for w, x in layers:
+      for h in range(H):
+        dw, ew = [], []
+        for win in range(w.shape[0]):
+          a, xx = jnp.asarray(w[win, h], jnp.float64), jnp.asarray(x[win, h], jnp.float64)
+          dw += [float(distance.cumulative_distance(a[t], xx, n, mask=jnp.arange(L) <= t))
+                 for t in range(n, L)]  # queries with t + 1 > n keys
+          ew.append(float(np.nanmean(np.asarray(printed.expected_printed_rows(a, xx, n)))))
+        d_h.append(np.mean(dw))
+        e_h.append(np.mean(ew))
+    return np.array(d_h), np.array(e_h)
+
+  with jax.enable_x64(True):
+    ref = {n: sst.ks_2samp(*per_head(n)).pvalue for n in sorted(scan["evaluated"])}
+  for n, p in scan["evaluated"].items():
+    assert p == pytest.approx(ref[n], rel=1e-6, abs=1e-9), n
+  first = next((n for n in sorted(ref) if ref[n] > 0.01), None)
+  assert out["critical_n"] == first == scan["critical_n"]
+  assert out["critical_n_over_L"] == (None if first is None else first / L)
+  # The reconstructed E's bisection is kept beside it, under its own name.
+  assert out["critical_n_reconstructed"] == out["ks"]["critical_n"]
+
+
 def test_separability_summary_equals_per_row_reference():
   rng = np.random.default_rng(3)
   L, H, d, ns = 24, 2, 8, [4, 8]
@@ -255,7 +297,7 @@ def test_config_rejects_bad_values():
 
 
 def test_cli_end_to_end_tiny_then_resume(tmp_path):
-  from limits.gpt2.testing import SAMPLE_TEXT
+  from limits.models.gpt2.testing import SAMPLE_TEXT
 
   text = tmp_path / "text.txt"
   text.write_text(SAMPLE_TEXT * 2, encoding="utf-8")

@@ -119,7 +119,8 @@ def test_device_selection_equals_float64_on_the_embedded_model():
   """Every causal row of every layer of the embedded model at L = 256: the device top-k
   selection (float32 keys, float64 recheck) selects exactly the float64 I_N of a stable NumPy
   sort for every N of Algorithms 1, 2 and 4."""
-  from limits import models, sources
+  from limits import models
+  from limits.records import sources
 
   model = sources.load_model("tiny")
   rng = np.random.default_rng(0)
@@ -136,3 +137,53 @@ def test_device_selection_equals_float64_on_the_embedded_model():
         rank = np.argsort(order, axis=-1, kind="stable")
         for n in ns:
           np.testing.assert_array_equal(got[n], vis & (rank < n), err_msg=f"h={h} n={n}")
+
+
+# Mutants of tools/mutation_run.py's "selection" group the tests above let through
+# (docs/mutation_survivors.md).
+
+def test_top_n_mask_selects_every_visible_key_when_n_exceeds_the_row():
+  """N >= L (and N > L): every visible key, none masked (the N-th-largest index is clipped to
+  the row, not read past its end)."""
+  rng = np.random.default_rng(5)
+  L = 6
+  alpha = tied_rows(rng, 4, L)
+  mask = rng.random((4, L)) < 0.6
+  mask[:, 0] = True
+  for n in (L - 1, L, L + 1, L + 3):
+    got = np.asarray(selection.top_n_mask(alpha, n, mask))
+    for r in range(4):
+      np.testing.assert_array_equal(got[r], python_top_n(alpha[r], n, mask[r]),
+                                    err_msg=f"n={n} row={r}")
+    if n >= L:
+      np.testing.assert_array_equal(got, mask)
+
+
+def test_top_n_mask_on_a_batch_of_row_blocks():
+  """(B, R, L) weights: the tie count runs along the key axis of each row, not across rows."""
+  rng = np.random.default_rng(6)
+  B, R, L = 2, 5, 7
+  alpha = tied_rows(rng, B * R, L).reshape(B, R, L)
+  mask = rng.random((B, R, L)) < 0.8
+  for n in range(1, L + 1):
+    got = np.asarray(selection.top_n_mask(alpha, n, mask))
+    for b in range(B):
+      for r in range(R):
+        np.testing.assert_array_equal(got[b, r], python_top_n(alpha[b, r], n, mask[b, r]),
+                                      err_msg=f"n={n} b={b} r={r}")
+
+
+def test_device_top_k_rechecks_the_boundary_of_n_not_of_k():
+  """k = 5 > N + 1 = 3: the float32 tie sits at the N = 2 boundary (keys 1 and 2 round to the
+  same float32; in float64 key 2 is larger) while the values at the k-th place are distinct.
+  The recheck must look at the N-th | (N+1)-th values: I_2 = {0, 2}, not float32's {0, 1}."""
+  with jax.enable_x64(True):
+    w = np.array([[0.5, 0.3, 0.3 + 1e-12, 0.1, 0.05, 0.01]])
+    assert np.float32(w[0, 1]) == np.float32(w[0, 2])
+    vis = np.ones_like(w, bool)
+    import jax.numpy as jnp
+
+    idx = selection.top_k_rows(jnp.asarray(w), jnp.asarray(vis), 5, jnp.asarray([2]))
+    rank = np.asarray(selection.ranks_from_top(idx, w.shape[-1]))
+    np.testing.assert_array_equal(rank[0] < 2, python_top_n(w[0], 2, vis[0]))
+    assert sorted(np.nonzero(rank[0] < 2)[0].tolist()) == [0, 2]

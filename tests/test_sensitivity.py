@@ -5,7 +5,7 @@ second method, not the code's own output). Figure 4's verdicts are judged in lim
 import numpy as np
 import pytest
 
-from limits import sensitivity
+from limits.gradient import sensitivity
 
 # ---- Algorithm 5 at scale: exact O(L) norms for every row, g on a seeded sample ----------------
 
@@ -96,3 +96,36 @@ def test_sample_rows_is_seeded_stratified():
   np.testing.assert_array_equal(counts, [5, 3, 5, 5])
   assert len(set(a.tolist())) == a.size
   assert not np.array_equal(a, sensitivity.sample_rows(groups, 5, seed=2))
+
+
+def test_g_rows_plain_softmax_path_equals_masked_softmax():
+  """g_rows on normalizers.get("softmax") (−inf-masked logits, one reciprocal per row:
+  gradient_rows._softmax_inf) against the generic path on the masked normalizers.softmax, same
+  keys, float64, L = 300 with short, long, single-key and empty rows: 1e-12 relative plus
+  1e-14/ε absolute (each weight within one rounding, ~1e-16, which dominates g on one-hot rows
+  and at small ε). A temperature bound into the normalizer is not the plain path; a NaN logit
+  gives NaN g on both paths, never a silent 0."""
+  from limits.gradient import rows as gradient_rows
+
+  plain = normalizers.get("softmax")
+  assert gradient_rows._plain_softmax(plain)
+  assert not gradient_rows._plain_softmax(normalizers.get("softmax", temperature=2.0))
+  assert not gradient_rows._plain_softmax(normalizers.get("sparsemax"))
+  masked = lambda z, mask=None: normalizers.softmax(z, mask=mask)
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(11)
+    L = 300
+    l = rng.normal(size=(6, L)) * 4
+    last = np.array([0, 5, 127, 200, 299, -1])  # the last row has no visible key
+    m = np.arange(L)[None] <= last[:, None]
+    Ts, eps = np.array([1e-3, 0.05, 1.0, 30.0]), np.array([1e-3, 0.1, 10.0])
+    keys = jax.random.split(jax.random.key(3), 6)
+    args = (jnp.asarray(l), jnp.asarray(m), jnp.asarray(Ts), jnp.asarray(eps), keys)
+    got = np.asarray(gradient_rows.g_rows(plain, *args))
+    want = np.asarray(gradient_rows.g_rows(masked, *args))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14 / eps.min())
+    assert (got[5] == 0).all() and (got[1:5] > 1e-3).any()
+    l[2, 3] = np.nan
+    args = (jnp.asarray(l),) + args[1:]
+    assert np.isnan(np.asarray(gradient_rows.g_rows(plain, *args))[2]).all()
+    assert np.isnan(np.asarray(gradient_rows.g_rows(masked, *args))[2]).all()

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import pdist
 
+from limits import selection
 from limits import separability as sp
 from limits.errors import LimitsError
 from tests.cli_helpers import simulated_devices_env
@@ -91,7 +92,7 @@ def test_count_matches_numpy_loop(L, d, seed, rule):
 def test_tie_breaking_by_position():
   # Uniform weights: the first n positions are selected (stable sort).
   with jax.enable_x64(True):
-    sel = sp.top_n_mask(jnp.full((6,), 1 / 6), 2)
+    sel = selection.top_n_mask(jnp.full((6,), 1 / 6), 2)
   assert sel.tolist() == [True, True, False, False, False, False]
 
 
@@ -101,8 +102,8 @@ def test_selection_with_ties_matches_stable_sort():
   alpha = np.round(rng.random((6, 17)) * 4) / 4                  # values in {0, .25, .5, .75, 1}
   mask = rng.random((6, 17)) < 0.7
   for n in (1, 2, 5, 12, 17, 20):
-    got = np.asarray(sp.top_n_mask(jnp.asarray(alpha), n, jnp.asarray(mask)))
-    via_ranks = np.asarray(sp.ranks(jnp.asarray(alpha), jnp.asarray(mask))) < n
+    got = np.asarray(selection.top_n_mask(jnp.asarray(alpha), n, jnp.asarray(mask)))
+    via_ranks = np.asarray(selection.ranks(jnp.asarray(alpha), jnp.asarray(mask))) < n
     for i in range(6):
       vis = np.flatnonzero(mask[i])
       order = vis[np.argsort(-alpha[i, vis], kind="stable")][:n]
@@ -139,7 +140,7 @@ def test_row_stats_equals_single_row_functions(method):
     x = jnp.asarray(sphere(rng, L, d, M))
     delta = jnp.asarray(rng.uniform(0.1, 1.0, R))
     for n in (1, 3, 9, 15):
-      st = sp.row_stats(alpha, sp.sort_desc(alpha, mask), mask, x, n, M, delta,
+      st = sp.row_stats(alpha, selection.sort_desc(alpha, mask), mask, x, n, M, delta,
                         method=method)
       for i in range(R):
         n_s, r = sp.count_distinguishable(alpha[i], x, n, mask[i])
@@ -448,7 +449,7 @@ def test_host_sorted_rows_give_the_same_layer_sums():
     w[0, 10, :5] = w[0, 10, 5]                                   # ties
     v = rng.normal(size=(H, L, d))
     host = sp.sort_rows_host(w)
-    dev = np.asarray(sp.sort_desc(jnp.asarray(w), jnp.tril(jnp.ones((L, L), bool))))
+    dev = np.asarray(selection.sort_desc(jnp.asarray(w), jnp.tril(jnp.ones((L, L), bool))))
     np.testing.assert_array_equal(host, dev)
     ns = jnp.asarray([1, 2, 4, 8], jnp.int32)
     a = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0)
@@ -463,7 +464,7 @@ def test_device_layer_sums_equal_the_reference_path(blocks):
   layer_sums_reference (every row sorted, whole-row cumsums) to 1e-12 relative, float64, with
   ties at the N-th place; weights not representable in float32 (the float64 recheck path) and
   rounded to float32 (the records' case). Every field, the counts included."""
-  from limits import separability_model as sm
+  from limits.separability import model as sm
 
   with jax.enable_x64(True):
     rng = np.random.default_rng(4)

@@ -61,9 +61,9 @@ def test_model_end_to_end(tmp_path):
   the output folder prepared and locked; the CLI around it: the sphere test above)."""
   import jax
 
-  from limits import results as res_lib
-  from limits import separability_task
-  from limits.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+  from limits.runs import results as res_lib
+  from limits.separability import task as separability_task
+  from limits.models.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
 
   model = make_random_model_dir(tmp_path / "model", n_layer=2, n_head=2, n_embd=32,
                                 n_positions=64)

@@ -3,7 +3,7 @@
 A query of a local layer with window W sees its last min(t + 1, W) keys; keys before the
 window (weight exactly 0) are not non-selected tokens (they would set r to ‖s‖), do not count
 in the kept rows (t > N) and not in delta. The reference is the whole-row function
-``limits.separability_rows.row_stats`` with each row's window as its visible mask (no window
+``limits.separability.rows.row_stats`` with each row's window as its visible mask (no window
 code of the layer paths) and delta from a brute-force NumPy loop over each window. Both sides: reading the windowed
 rows as global changes the sums, and a global layer is unchanged.
 
@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import separability_model as sm
-from limits import separability_rows as sr
+from limits.separability import model as sm
+from limits.separability import rows as sr
 from limits.selection import visible_window
 
 L, W, D, M = 32, 8, 4, 1.0

@@ -15,7 +15,7 @@ import torch  # requirements-dev.txt: the reference, imported plainly so it can 
 import transformers
 
 from limits import models
-from limits.gpt2.testing import SAMPLE_TEXT
+from limits.models.gpt2.testing import SAMPLE_TEXT
 
 TOL = 1e-4
 L = 256  # the parity holds at every length (512 checked); 256 keeps the test short

@@ -1,6 +1,6 @@
-"""Tests for limits.sources and the shipped model in limits/assets/tiny.
+"""Tests for limits.records.sources and the shipped model in limits/assets/tiny.
 
-Random-weight models come from ``limits.gpt2.testing.make_random_model_dir``; the corpus is a
+Random-weight models come from ``limits.models.gpt2.testing.make_random_model_dir``; the corpus is a
 small text file written by the test, except in the ``corpus`` test (out of the default run, about
 a minute: `python -m pytest -m corpus` runs it on the embedded corpus), which re-checks the model
 card's held-out loss with Hugging Face transformers (an independent GPT-2 implementation) on the
@@ -17,9 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import data, gpt2, sources
+from limits import data
+from limits import models
+from limits.models import gpt2
+from limits.records import sources
 from limits.errors import LimitsError
-from limits.gpt2.testing import make_random_model_dir
+from limits.models.gpt2.testing import make_random_model_dir
 
 TEXT = "".join(
     f"Chapter {i}. Prince Andrew rode out at dawn; the regiment followed him along the road "
@@ -154,7 +157,7 @@ def test_model_logit_rows_equal_qk_from_forward_records(model, text_file):
   np.testing.assert_array_equal(meta["tokens"], tokens)
   tril = np.tril(np.ones((L, L), bool))
   for w in range(W):
-    rec = gpt2.forward(model.params, tokens[w:w + 1], c).attn  # full records, all layers
+    rec = models.forward(model.params, tokens[w:w + 1], c).attn  # full records, all layers
     q, k = np.asarray(rec.q, np.float64), np.asarray(rec.k, np.float64)
     for layer in range(c.n_layer):
       for head in range(c.n_head):
@@ -214,7 +217,7 @@ def _max_weight(rec):
 def _mean_max_weight_ratio(params, config, tokens, first_query):
   """Per head: mean over queries t >= first_query of max_j alpha_tj, divided by the uniform
   value 1/(t+1) averaged the same way. ~1 for uniform attention."""
-  rec = gpt2.forward(params, tokens, config, lm_head=False,
+  rec = models.forward(params, tokens, config, lm_head=False,
                      record_fn=_max_weight).attn  # (n_layer, 1, H, L)
   mx = np.asarray(rec)[:, 0, :, first_query:]  # (n_layer, H, L - first_query)
   uniform = 1.0 / (np.arange(first_query, tokens.shape[1]) + 1)
@@ -279,7 +282,7 @@ def test_iter_model_layers_matches_forward(model, text_file):
   tokens = sources.corpus_windows(model, 10, 2, text=text_file)
   seen = []
   for w, layer, rec in sources.iter_model_layers(model, 10, 2, layers=[0, 1], text=text_file):
-    full = gpt2.forward(model.params, tokens[w:w + 1], model.config).attn
+    full = models.forward(model.params, tokens[w:w + 1], model.config).attn
     # Same math compiled differently (scan vs one layer per call): float32 rounding only.
     np.testing.assert_allclose(np.asarray(rec.weights), np.asarray(full.weights[layer]),
                                atol=1e-6)

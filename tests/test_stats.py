@@ -101,15 +101,15 @@ def test_fits():
   assert stats.linear_fit([1, 2, 3], [5, 5, 5])["r2"] == 1.0
 
 
-def test_loglog_slope_is_one_function_for_every_caller():
-  """The claims' criteria read the same log-log fit as stats."""
+def test_loglog_slope_and_the_criteria_fits():
+  """The log-log fit every judge reads (limits.stats, its one home) and the criteria's r²."""
   from limits.claims import criteria
 
   t = np.logspace(-3, 2, 11)
-  for fn in (stats.loglog_slope, criteria.loglog_slope):
-    assert fn(t, 3.0 * t ** -0.5) == pytest.approx(-0.5, abs=1e-12)
-    assert np.isnan(fn([1.0, 2.0], [1.0, 0.0]))          # one positive point left
-    assert fn([1, 2, 4, np.inf], [1, 2, 4, 8]) == pytest.approx(1.0)  # non-finite points dropped
+  fn = stats.loglog_slope
+  assert fn(t, 3.0 * t ** -0.5) == pytest.approx(-0.5, abs=1e-12)
+  assert np.isnan(fn([1.0, 2.0], [1.0, 0.0]))          # one positive point left
+  assert fn([1, 2, 4, np.inf], [1, 2, 4, 8]) == pytest.approx(1.0)  # non-finite points dropped
   assert criteria.linear_r2([1, 2, 3], [2, 4, 7]) == pytest.approx(1 - (1 / 6) / (38 / 3))
   assert np.isnan(criteria.linear_r2([1], [1]))
 
@@ -204,3 +204,85 @@ def test_head_subsets_are_seeded_and_stated():
   assert (stats.group_representatives(4, 4, 4) == np.arange(16)).all()
   with pytest.raises(LimitsError, match="multiple"):
     stats.group_representatives(2, 9, 2)
+
+
+# --- mutants of tools/mutation_run.py's stats group (docs/mutation_survivors.md) -------------
+
+def test_scan_as_dict_keys_and_values():
+  scans = stats.ascending_scan(lambda ns: {"a": [_window_p(n) for n in ns]}, 3, 10, batch=8)
+  assert scans["a"].as_dict() == {
+      "critical_n": 5, "alpha": 0.01, "method": "ascending scan", "windows": [[5, 8]],
+      "evaluated": {n: _window_p(n) for n in range(3, 11)}, "decisions_monotone": False}
+
+
+def test_head_subsets_defaults_and_the_paper_count_boundary():
+  """Defaults: 5 seeded draws (seed 0) of 144 heads; exactly 144 heads is no subsampling."""
+  d = stats.head_subsets(300)
+  assert len(d) == 5 and all(len(x) == 144 for x in d)
+  assert all((x == y).all() for x, y in zip(d, stats.head_subsets(300, 144, 5, seed=0)))
+  assert stats.head_subsets(144) == [] and len(stats.head_subsets(145)) == 5
+
+
+def test_group_representatives_mqa_seed_and_dtype():
+  """One shared key/value head (MQA, n_kv_head = 1) is allowed: one head per layer; indices
+  are integers, seeded (default seed 0), reproducible; n_kv_head = 0 is refused."""
+  g = stats.group_representatives(3, 4, 1)
+  assert g.dtype.kind == "i" and len(g) == 3
+  assert all(g[i] // 4 == i for i in range(3))
+  a = stats.group_representatives(20, 8, 2)
+  assert a.dtype.kind == "i"
+  assert (a == stats.group_representatives(20, 8, 2, seed=0)).all()
+  assert (a == stats.group_representatives(20, 8, 2)).all()
+  assert (a != stats.group_representatives(20, 8, 2, seed=1)).any()
+  with pytest.raises(LimitsError, match="multiple"):
+    stats.group_representatives(2, 4, 0)
+
+
+def test_fits_compute_in_float64_from_float32_records():
+  """Model records are float32: the fits must give the float64 answer for those float32
+  values (rel 1e-12), not a float32 computation (off by ~1e-7)."""
+  rng = np.random.default_rng(0)
+  x32 = rng.uniform(1, 10, size=50).astype(np.float32)
+  y32 = (3 * x32 + rng.normal(size=50)).astype(np.float32)
+  x64, y64 = x32.astype(np.float64), y32.astype(np.float64)
+  ref = scipy.stats.linregress(x64, y64)
+  f = stats.linear_fit(x32, y32)
+  assert f["slope"] == pytest.approx(ref.slope, rel=1e-12)
+  assert f["intercept"] == pytest.approx(ref.intercept, rel=1e-12)
+  assert f["r2"] == pytest.approx(ref.rvalue ** 2, rel=1e-12)
+  g = stats.fit_ratio(x32, y32)
+  assert g["ratio"] == pytest.approx(float(x64 @ y64 / (x64 @ x64)), rel=1e-12)
+  h = stats.fit_ratio(x32.tolist(), y32)      # a float32 array on either side
+  assert h["ratio"] == pytest.approx(g["ratio"], rel=1e-12)
+  want = scipy.stats.linregress(np.log10(x64), np.log10(y64)).slope
+  assert stats.loglog_slope(x32, y64) == pytest.approx(want, rel=1e-12)
+  assert stats.loglog_slope(x64, y32) == pytest.approx(want, rel=1e-12)
+
+
+def test_ascending_scan_range_batches_and_confirm_window():
+  """Exact stopping points worked out by hand (batch 1: one N per call)."""
+  calls = []
+
+  def fn(ns):
+    calls.append(list(ns))
+    return {"a": [0.5 if n >= 5 else 0.001 for n in ns], "never": [0.0] * len(ns)}
+
+  # Pass from 5, confirm 4: the window 5..n has n − 4 values, >= 4 first at n = 8.
+  s = stats.ascending_scan(fn, 1, 40, batch=1, until_closed=("a",), confirm=4)
+  assert max(s["a"].evaluated) == 8 and s["a"].windows == [(5, 8)]
+  assert s["never"].first_pass is None and s["never"].windows == []
+  # Default batch 8 and confirm 16: pass from 9 -> closed once 8k − 9 + 1 >= 16, k = 3.
+  calls.clear()
+  late = stats.ascending_scan(lambda ns: (calls.append(list(ns)),
+                                          {"a": [0.5 if n >= 9 else 0.001 for n in ns]})[1],
+                              1, 99, until_closed=("a",))
+  assert calls == [list(range(1, 9)), list(range(9, 17)), list(range(17, 25))]
+  assert late["a"].first_pass == 9
+  # The range is [n_min, n_max] exactly, also when one batch covers it or n_min = n_max.
+  assert sorted(stats.ascending_scan(fn, 1, 5, batch=8)["a"].evaluated) == [1, 2, 3, 4, 5]
+  assert sorted(stats.ascending_scan(fn, 5, 5)["a"].evaluated) == [5]
+  # A sample named in until_closed that the function never returns: the scan runs to n_max.
+  miss = stats.ascending_scan(fn, 1, 12, batch=4, until_closed=("missing",))
+  assert max(miss["a"].evaluated) == 12
+  with pytest.raises(ValueError, match=r"returned 2 values of 'a' for 3 Ns"):
+    stats.ascending_scan(lambda ns: {"a": [0.5, 0.5]}, 1, 3, batch=3)

@@ -246,14 +246,15 @@ def test_separability_cells_match_an_independent_numpy_monte_carlo(tmp_path):
 def test_monte_carlo_moments_merge_chunks_exactly():
   """monte_carlo_detail's chunked moments (Chan's merge over 6 chunks, the last padded) equal
   numpy's mean and std(ddof=1)/sqrt(S) of the per-sample N_s/N over every sample at once."""
-  from limits import separability_sphere as mc
+  from limits import selection
+  from limits.separability import sphere as mc
 
   with jax.enable_x64(True):
     key, L, dim, S = jax.random.key(2), 10, 3, 23
     alpha = mc.synthetic_alpha("zipf", L, jax.random.key(1))
     parts = mc.monte_carlo_detail(key, alpha, [2, 5], dim, 1.0, S, chunk=4)
     a2 = alpha[None]
-    per = jax.jit(jax.vmap(lambda i: mc.sample_stats(key, i, a2, mc.sort_desc(a2),
+    per = jax.jit(jax.vmap(lambda i: mc.sample_stats(key, i, a2, selection.sort_desc(a2),
                                                      jnp.asarray([2, 5]), dim, 1.0)))(
         jnp.arange(S))
     per = np.asarray(per)[:, 0, 0]  # (S, K) N_s/N
@@ -358,7 +359,7 @@ def test_distance_model_cells_match_the_reference_path(tmp_path, multi_device_ru
   """Model cells (a host kind calling distance.ModelEvaluator) against the per-row reference
   path distance.head_stats, float64, on the random model; the float32 run on 8 simulated
   devices agrees."""
-  from limits import sources
+  from limits.records import sources
 
   out, _ = multi_device_runs
   grid = {**_distance_grid(out), "length": [16], "vectors": ["value", "key"]}

@@ -1,4 +1,4 @@
-"""limits.gpt2.tokenizer: byte-level BPE, round trips, file formats, and HF parity.
+"""limits.models.gpt2.tokenizer: byte-level BPE, round trips, file formats, and HF parity.
 
 The reference is HF ``transformers.GPT2TokenizerFast`` (and ``GPT2Tokenizer``, the slow pure-
 Python BPE) built from the same vocab.json + merges.txt: an independent implementation of GPT-2's
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from limits.errors import LimitsError
-from limits.gpt2 import testing
-from limits.gpt2.tokenizer import END_OF_TEXT, Tokenizer, load_tokenizer, train_bpe
+from limits.models.gpt2 import testing
+from limits.models.gpt2.tokenizer import END_OF_TEXT, Tokenizer, load_tokenizer, train_bpe
 
 SAMPLES = ["Hello, Prince Vasili!", "  two  spaces\tand a tab\n", "Ünïcödé — ß, 東京, 🙂",
            "", "<|endoftext|> literal", "numbers 1805 and 12,345.67"]
@@ -86,7 +86,7 @@ def test_vocab_merges_matches_hf_gpt2_tokenizers(tmp_path, tok):
 
 
 def test_make_random_model_dir_tokenizer_fits_model(tmp_path):
-  from limits import gpt2
+  from limits.models import gpt2
 
   d = testing.make_random_model_dir(tmp_path / "m", vocab_size=300, text="abc abd " * 50)
   config, _ = gpt2.load(d)

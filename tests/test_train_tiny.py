@@ -1,4 +1,4 @@
-"""Tests for limits/training.py and its CLI experiments/train_tiny.py: loss, optimiser, data order,
+"""Tests for limits/training/__init__.py and its CLI experiments/train_tiny.py: loss, optimiser, data order,
 exact resume, the CLI.
 
 Everything runs on a tiny config (1-2 layers, width 32) and a synthetic or built-in text, so
@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from limits import gpt2
+from limits import models
+from limits.models import gpt2
 from limits import training as tt
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ def _optimizer(params, steps=30, lr=1e-2):
 def test_lm_loss_matches_numpy_cross_entropy():
   params = _params()
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, TINY.vocab_size, (2, 17)), jnp.int32)
-  logits = np.asarray(gpt2.forward(params, tokens[:, :-1], TINY).logits, np.float64)
+  logits = np.asarray(models.forward(params, tokens[:, :-1], TINY).logits, np.float64)
   # Independent log-softmax in float64 NumPy.
   m = logits.max(-1, keepdims=True)
   logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
@@ -150,7 +151,7 @@ def test_generate_greedy_is_argmax_of_forward():
   new = tt.generate(params, TINY, prompt, 4, buffer=16)
   seq = list(prompt)
   for _ in range(4):  # independent: re-run the full prefix each time, no padding buffer
-    logits = gpt2.forward(params, jnp.asarray([seq], jnp.int32), TINY).logits[0, -1]
+    logits = models.forward(params, jnp.asarray([seq], jnp.int32), TINY).logits[0, -1]
     seq.append(int(jnp.argmax(logits)))
   assert new == seq[3:]
 
@@ -195,7 +196,7 @@ def trained(tmp_path_factory, text_file):
 
 
 def test_cli_writes_a_loadable_model_directory(trained):
-  from limits import sources
+  from limits.records import sources
 
   model_dir = trained / "model"
   for name in ("config.json", "model.safetensors", "tokenizer.json", "training.json",

@@ -5,7 +5,7 @@ import dataclasses
 from limits import training
 
 # The settings that change the trained weights, written out by hand from the training loop
-# (limits/training.py: data split, optimiser, schedule, model, precision, seed).
+# (limits/training/__init__.py: data split, optimiser, schedule, model, precision, seed).
 WEIGHT_SETTINGS = {"steps", "batch_size", "seq_len", "short_len", "full_every", "lr",
                    "min_lr_ratio", "warmup_steps", "weight_decay", "clip_norm", "seed",
                    "heldout_fraction", "n_layer", "n_head", "n_embd", "n_positions",

@@ -40,16 +40,24 @@ def test_end_to_end(model_dir, tmp_path):
   rows = list(csv.DictReader((out / "per_head.csv").open()))
   assert len(rows) == 2 * 4
   # Independent recomputation for one head: max α·L of the last query from HF-style softmax.
-  from limits import gpt2, sources
+  from limits import models
+  from limits.records import sources
 
   m = sources.load_model(str(model_dir / "model"))
   toks = sources.corpus_windows(m, 32, 1, text=model_dir / "text.txt")
-  rec = dict(gpt2.iter_layers(m.params, toks, m.config))[1]
+  rec = dict(models.iter_layers(m.params, toks, m.config))[1]
   w = np.asarray(rec.weights[0, 0, -1], np.float64)  # (32,) last query sees all 32 keys
   got = next(r for r in rows if r["L"] == "32" and r["layer"] == "1" and r["head"] == "0")
   # float32 weights from the model vs float64 log-space: 1e-5 in log10 units.
   np.testing.assert_allclose(float(got["log10_max_aL_last"]), np.log10(w.max() * 32), atol=1e-5)
   np.testing.assert_allclose(float(got["log10_min_aL_last"]), np.log10(w.min() * 32), atol=1e-5)
+  # Sink_ε (attention sinks): the head's mean weight on token 0 over all 32 query rows, from
+  # the same forward's weights; float32 weights summed in float64 (CSV keeps repr digits).
+  w0 = np.asarray(rec.weights[0, 0, :, 0], np.float64)  # (32,) every row's weight on token 0
+  np.testing.assert_allclose(float(got["sink_score"]), w0.sum() / 32, rtol=1e-12)
+  by_l = {x["L"]: x for x in res["sinks"]["by_L"]}
+  layer1 = [float(r["sink_score"]) > 0.3 for r in rows if r["L"] == "32" and r["layer"] == "1"]
+  assert by_l[32]["share_by_layer"][1] == sum(layer1) / 2 and by_l[32]["pairs"] == 4
 
 
 def test_causal_check_agrees_with_bounds_corollary1_band():

@@ -24,7 +24,8 @@ from limits import reproduction as rp
 def test_key_vectors_fast_path_equals_row_path_on_the_model_records():
   """float64, relative 1e-10: two evaluations (Gram identities vs per-row sums) of the same
   terms; differences measured ~1e-15."""
-  from limits import models, sources
+  from limits import models
+  from limits.records import sources
 
   with jax.enable_x64(True):
     model = sources.load_model("tiny")

@@ -43,8 +43,7 @@ from limits.claims.assessment import (SAME, Assessment, assess, by_evidence, com
 from limits.claims.core import (BY_CONSTRUCTION, DEPENDS, EMPIRICAL, EVIDENCE, FAILS, FINDING,
                                 HOLDS, MATHEMATICAL, MODEL_FREE, NOT_RUN, NOT_TESTABLE, PAPER,
                                 Claim, Missing, Reading, Verdict, fmt, need, num)
-from limits.claims.criteria import (PLATEAU_RATIO, ks_min_pvalue, linear_r2, loglog_slope,
-                                    saturates, saturation)
+from limits.claims.criteria import PLATEAU_RATIO, ks_min_pvalue, linear_r2, saturates, saturation
 from limits.claims.docs import render_docs
 from limits.claims.judges_distance import (CONVERGE_GAP, CRITICAL_BAND, CRITICAL_RATIO,
                                            LINEAR_EXPONENT, LINEAR_R2, PLATEAU_KNEE,
@@ -64,7 +63,8 @@ from limits.claims.judges_separability import (CAP, FIG3_BAND, FIG3_KNEE, TRACK_
                                                judge_fig3_upper_printed, judge_multihead,
                                                judge_sphere_band, judge_sphere_cap,
                                                judge_thm2_lower)
-from limits.claims.judges_vanishing import (judge_cor1_band, judge_lemma1_bounded,
+from limits.claims.judges_vanishing import (SINK_READING, SINK_SHARE, judge_attention_sinks,
+                                            judge_cor1_band, judge_lemma1_bounded,
                                             judge_lemma1_model)
 from limits.claims.registry import (AMBIGUITIES, BY_ID, CLAIMS, R_DFORM, R_INCL, R_JENSEN, R_KS,
                                     R_LOGIT, R_XBAR)
@@ -80,6 +80,7 @@ __all__ = [
     "NOT_RUN", "NOT_TESTABLE", "PAPER", "PLATEAU_KNEE", "PLATEAU_RATIO", "R_DFORM", "R_INCL",
     "R_JENSEN", "R_KS", "R_LOGIT", "R_XBAR", "Reading", "SLOPE_TOL", "TRACK_TOL", "Verdict",
     "WANTED_FIELDS", "Z", "assess", "combinations", "coverage", "fmt", "in_band",
+    "SINK_READING", "SINK_SHARE", "judge_attention_sinks",
     "judge_cor1_band", "judge_cor3_printed", "judge_cor3_tight", "judge_fig2a_expected_derived",
     "judge_fig2a_expected_printed", "judge_fig2a_true", "judge_fig2b_converge_derived",
     "judge_fig2b_converge_printed", "judge_fig2b_plateau", "judge_fig2b_tightens", "judge_fig2c",
@@ -87,7 +88,7 @@ __all__ = [
     "judge_fig3_upper_printed", "judge_fig4_collapse", "judge_fig4_inverse_t",
     "judge_lemma1_bounded", "judge_lemma1_model", "judge_lemma2", "judge_multihead",
     "judge_safely", "judge_simplex", "judge_sphere_band", "judge_sphere_cap", "judge_thm1_bound",
-    "judge_thm2_lower", "ks_min_pvalue", "linear_in_l", "linear_r2", "loglog_slope", "need",
+    "judge_thm2_lower", "ks_min_pvalue", "linear_in_l", "linear_r2", "need",
     "not_run", "num", "reading_label", "render_docs", "saturates", "saturation", "summarize",
     "tally",
 ]

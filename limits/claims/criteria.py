@@ -8,7 +8,6 @@ from typing import Mapping, Optional, Sequence
 
 from limits import stats
 from limits.claims.core import Missing
-from limits.stats import loglog_slope  # noqa: F401  (re-exported: the judges' log-log slope)
 
 # Saturation: the slope after the knee at most this fraction of the slope before (Fig. 2b, Fig. 3).
 PLATEAU_RATIO = 0.5

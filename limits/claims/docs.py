@@ -88,7 +88,7 @@ def render_docs() -> str:
   lines += ["", "## Printed and derived forms", "",
             "One public summary of the paper prints two formulas differently from the "
             "suite's reconstructions. The paper's claim rows use the printed forms; the "
-            "derived forms are the suite's findings, reported beside them (`limits/printed.py` "
+            "derived forms are the suite's findings, reported beside them (`limits/distance/printed.py` "
             "evaluates both):", "",
             "- Theorem 2 upper bound: printed (1/N)·Σ exp[−(r − ξ_i)²/(16M²)]; derived "
             "(1/N)·Σ exp[−(ξ_i − r)_+²/(2M²)] (Hoeffding on X_i ∈ [0, 2M]).",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Missing, Verdict, fmt, need, num
-from limits.claims.criteria import (PLATEAU_RATIO, ks_min_pvalue, linear_r2, loglog_slope,
-                                    saturates, saturation)
+from limits.claims.criteria import PLATEAU_RATIO, ks_min_pvalue, linear_r2, saturates, saturation
+from limits.stats import loglog_slope
 
 
 def _rows(s: Mapping[str, Any]) -> list[dict[str, Any]]:

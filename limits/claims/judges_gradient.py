@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Missing, Verdict, fmt, need, num
-from limits.claims.criteria import loglog_slope
+from limits.stats import loglog_slope
 
 
 def _finite(s) -> None:

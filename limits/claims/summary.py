@@ -12,13 +12,13 @@ from limits.claims.core import num
 WANTED_FIELDS = {
     "distance_vary_length / distance_vary_n": {
         "expected_printed_output_mean": "summary row: head mean of the printed E "
-        "((L−N)/L)·Σ_i ‖(α_i + N/(L−1))·x_i − x̄‖ with x̄ = Σ_j α_j x_j (limits.printed)",
+        "((L−N)/L)·Σ_i ‖(α_i + N/(L−1))·x_i − x̄‖ with x̄ = Σ_j α_j x_j (limits.distance.printed)",
         "expected_printed_xmean_mean": "the same with x̄ = the plain mean of the x_j",
         "expected_nl_mean": "summary row: the reconstructed E with inclusion N/L (AMBIG-3)",
     },
     "separability_model / separability_sphere": {
         "upper_printed": "per_head.csv column: the printed upper bound "
-        "(1/N)·Σ exp[−(r − ξ_i)²/(16M²)] averaged like 'upper' (limits.printed)",
+        "(1/N)·Σ exp[−(r − ξ_i)²/(16M²)] averaged like 'upper' (limits.separability.printed)",
         "coverage_union": "results: fraction of the top-N covered by the union of the heads of "
         "one layer, per N (the multi-head claim measured directly)",
     },
@@ -85,6 +85,8 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       out["lemma1_slopes"] = results["lemma1_slopes"]
     if isinstance(results.get("by_layer_kind"), Mapping):
       out["by_layer_kind"] = results["by_layer_kind"]
+    if isinstance(results.get("sinks"), Mapping):
+      out["sinks"] = results["sinks"]
   elif step.startswith("distance"):
     rows = results.get("summary")
     if isinstance(rows, list) and rows:

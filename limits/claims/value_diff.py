@@ -8,6 +8,7 @@ key by key, leaving out what differs between any two runs of the same computatio
 - the ``env`` block (commit, time, platform, library versions);
 - timings: keys in :data:`TIMING_KEYS` or ending in ``_seconds``;
 - where the model was read from: keys named ``path`` (two checkouts differ there);
+- how a run was executed: the ``resume`` block (units resumed after an interrupt vs computed);
 - the run directory itself: a string that starts with it (a step's log file) is compared with
   that prefix replaced by ``<run>``.
 
@@ -28,11 +29,13 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from limits.errors import LimitsError
-from limits.results import read_json_object
+from limits.runs.results import read_json_object
 
 # Keys whose values are wall-clock measurements (names used by limits' writers).
 TIMING_KEYS = frozenset({"seconds", "wall_s", "timings_s", "timing_s", "time_utc"})
-IGNORED_KEYS = frozenset({"path"})
+# "path": where the model was read from; "resume": how many units a run resumed from an
+# interrupted attempt or computed (limits.runs.resume), not what it computed.
+IGNORED_KEYS = frozenset({"path", "resume"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""One model API over families (GPT-2, Llama, Gemma 3): load, forward with records, tokenizers.
+"""One model API over families (GPT-2; Llama with its Mistral, Qwen2, Qwen3 adapters; Gemma 3):
+load, forward with records, tokenizers.
 
 - ``load(spec) -> (config, params)``; ``load_config(spec)``; ``load_tokenizer(spec)``;
   ``locate(spec)`` (see ``limits.models.loading`` for the accepted specs: ``tiny``,
@@ -11,13 +12,13 @@
   ``window`` the sliding window of a local layer (0 global; None where no layer is local).
 """
 
-from limits.models.engine import (AttnRecord, Output, attend, attention_mask, family_module,
+from limits.models.engine import (AttnRecord, Output, attend, family_module,
                                   forward, iter_layers, layer_kinds, softmax_normalizer,
                                   visible_keys)
 from limits.models.loading import (FAMILIES, SPEC_HELP, Location, gemma3_270m_path, init_params,
                                    load, load_config, load_tokenizer, locate, smollm2_path)
 
 __all__ = ["AttnRecord", "FAMILIES", "Location", "Output", "SPEC_HELP", "attend",
-           "attention_mask", "family_module", "forward", "gemma3_270m_path", "init_params",
+           "family_module", "forward", "gemma3_270m_path", "init_params",
            "iter_layers", "layer_kinds", "load", "load_config", "load_tokenizer", "locate",
            "smollm2_path", "softmax_normalizer", "visible_keys"]

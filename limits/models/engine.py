@@ -32,11 +32,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.errors import LimitsError
+from limits.numerics import attention_mask
 
 Normalizer = Callable[[jax.Array, jax.Array], jax.Array]
 
 # family name -> module implementing embed / block / head / LAYERS_KEY.
-FAMILY_MODULES = {"gpt2": "limits.gpt2.model", "llama": "limits.models.llama.model",
+FAMILY_MODULES = {"gpt2": "limits.models.gpt2.model", "llama": "limits.models.llama.model",
                   "gemma3": "limits.models.gemma3.model"}
 
 
@@ -137,17 +138,6 @@ def softmax_normalizer(logits, mask):
   e = jnp.where(mask, jnp.exp(z), 0)
   denom = jnp.sum(e, axis=-1, keepdims=True)
   return e / jnp.where(denom > 0, denom, 1)
-
-
-def attention_mask(length: int, window: int = 0) -> jax.Array:
-  """(L, L) bool, True = visible: causal, and within the last ``window`` keys when window > 0
-  (HF ``sliding_window_overlay``: key j visible from query i iff i - window < j <= i)."""
-  i = jnp.arange(length)[:, None]
-  j = jnp.arange(length)[None, :]
-  mask = j <= i
-  if window:
-    mask = mask & (j > i - window)
-  return mask
 
 
 def visible_keys(length: int, window=None) -> np.ndarray:

@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 
 from limits.errors import LimitsError, first_line
-from limits.results import read_json_object
+from limits.runs.results import read_json_object
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib", ".npy.pkl")
 SAFETENSORS_ALTERNATIVE = (

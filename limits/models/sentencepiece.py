@@ -36,12 +36,12 @@ def merges_from_order(tokens: list[str]) -> list[tuple[str, str]]:
 
 
 def from_gguf(reader, path):
-  """The file's SentencePiece BPE as a ``limits.gpt2.tokenizer.Tokenizer``."""
+  """The file's SentencePiece BPE as a ``limits.models.gpt2.tokenizer.Tokenizer``."""
   from tokenizers import AddedToken, decoders, normalizers
   from tokenizers import Tokenizer as HFTokenizer
   from tokenizers.models import BPE
 
-  from limits.gpt2.tokenizer import Tokenizer
+  from limits.models.gpt2.tokenizer import Tokenizer
   from limits.models.gguf_file import field
 
   raw = field(reader, "tokenizer.ggml.tokens")

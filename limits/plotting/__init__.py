@@ -20,9 +20,9 @@ def pyplot():
 
 def save(fig, path: str | os.PathLike, dpi: int = 130) -> Path:
   """Saves atomically and closes the figure: rendered in memory, then written by
-  :func:`limits.results.atomic_write_bytes`, so a failed write (a full disk) is one line naming
+  :func:`limits.runs.results.atomic_write_bytes`, so a failed write (a full disk) is one line naming
   ``path`` and leaves no temporary file (matplotlib writing a temp file itself lost both)."""
-  from limits import results
+  from limits.runs import results
 
   path = Path(path)
   buf = io.BytesIO()

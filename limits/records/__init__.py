@@ -1,6 +1,6 @@
 """One forward per (model, window, L), shared by every step and every reading (AMBIG-7).
 
-:func:`iter_layers` is ``limits.models.iter_layers`` for a :class:`limits.sources.Model` and
+:func:`iter_layers` is ``limits.models.iter_layers`` for a :class:`limits.records.sources.Model` and
 one corpus window, with a disk cache in between: the first call for a window runs the forward
 once for every layer and writes each layer's record (``q, k, v, scores, weights, x``, the
 model's dtype: float32) to a :class:`~limits.records.store.RecordStore`; every later call, in

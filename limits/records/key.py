@@ -54,7 +54,7 @@ def file_identity(path) -> dict[str, Any]:
 
 def window_key(model, tokens) -> dict[str, Any]:
   """The key of one window ``tokens`` ((1, L) or (L,) integer ids) of ``model``
-  (a :class:`limits.sources.Model`)."""
+  (a :class:`limits.records.sources.Model`)."""
   import jax
 
   tok = np.ascontiguousarray(np.asarray(tokens, dtype=np.int32).reshape(-1))

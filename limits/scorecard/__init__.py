@@ -33,7 +33,9 @@ the Jacobians, which are float64 because they are compared with bounds):
   max α·t against t (0 = the Θ(1/L) of Lemma 1).
 - Theorem 1 (``limits.distance`` fast path, value vectors, sum form, inclusion N/(t−1)):
   per-head token-averaged d̃ at N = 5 and 100 (median over heads) and the critical N of
-  Algorithm 3 (KS at α = 0.01 on per-head d̄ vs Ē, batch bisection over [1, L−1]) over L.
+  Algorithm 3 over L as Fig. 2c's primary reading: the ascending scan N = 1, 2, …, first N
+  where KS at α = 0.01 does not reject per-head d̄ against the printed E (the reconstructed
+  E's batch bisection over [1, L−1] beside it, ``critical_n_reconstructed``).
 - Theorem 2 (``limits.separability.layer_sums``, value vectors on the unit sphere, strict
   rule): per head the mean over N ∈ ``sep_ns`` of the token-averaged N_s/N ("plateau"),
   median and IQR over heads.

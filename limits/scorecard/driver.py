@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from limits import interrupts
+from limits.runs import interrupts
 from limits.errors import check
 from limits.scorecard.candidates import CANDIDATES, FAMILY_LABELS, ssmax_s0
 from limits.scorecard.config import Config, row_keys
@@ -38,7 +38,9 @@ def run(cfg: Config, model, out_dir: Path, *, log: Callable[[str], None] = print
   ``out_dir/parts/row_<key>.json`` for every finished row; a rerun of the same ``cfg`` (same
   digest) reuses them.
   """
-  from limits import data, results, sources
+  from limits import data
+  from limits.runs import results
+  from limits.records import sources
 
   t_start = time.perf_counter()
   digest = cfg.digest()

@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from limits import interrupts
+from limits.runs import interrupts
 from limits.errors import check
 from limits.sweep.devices import MESH_AXIS, make_mesh, select_devices
 from limits.sweep.grid import Grid, canonical_json, id_halves
@@ -205,7 +205,7 @@ def run_sweep(experiment: "str | Experiment", grid=None, run_dir: str | os.PathL
     process_index: this process's index (default ``jax.process_index()``); with
       ``device_processes`` it simulates one host of a multi-host run (tests).
     device_processes: the owning process of each mesh device, in mesh order (default: real).
-    progress: show a :class:`~limits.progress.Progress` bar (process 0 only).
+    progress: show a :class:`~limits.runs.progress.Progress` bar (process 0 only).
     log: where problems (repaired records) are reported; None to silence.
 
   Returns:
@@ -241,7 +241,7 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
   """The engine's loop: every unfinished batch, appended to this process's shard."""
   import jax
 
-  from limits.progress import Progress
+  from limits.runs.progress import Progress
 
   k = len(owners)
 
@@ -267,7 +267,7 @@ def _run_batches(exp: Experiment, grid: Grid, run_dir: Path, seed: int, batch_si
   computed = 0
   seed_arr = np.asarray(seed, dtype=np.uint32)
   show = progress and pidx == 0
-  # Ctrl-C / SIGTERM wait for the batch in flight to be recorded (limits.interrupts): inside
+  # Ctrl-C / SIGTERM wait for the batch in flight to be recorded (limits.runs.interrupts): inside
   # XLA a KeyboardInterrupt would lose the batch or crash the interpreter.
   with Progress(pending, f"sweep {exp.name}", unit="cells", enabled=show) as bar, \
       interrupts.deferred():

@@ -43,7 +43,7 @@ class Experiment:
       runs on the process's default device; batches are still cut and split between processes
       as for a traced kind (the same owners), and the store, resume and record format are the
       same. Used by kinds that call a library implementation written for the host (e.g.
-      ``distance_model`` -> ``limits.distance_model.ModelEvaluator``).
+      ``distance_model`` -> ``limits.distance.model.ModelEvaluator``).
   """
 
   name: str

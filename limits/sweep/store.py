@@ -60,7 +60,7 @@ def shard_paths(run_dir: str | os.PathLike) -> list[Path]:
 
 def record_line(cid: str, index: int, cell: Mapping[str, Any], result: Mapping[str, Any]) -> str:
   """One store line (no newline): canonical JSON of the record, then its sha256 field."""
-  from limits.results import to_jsonable
+  from limits.runs.results import to_jsonable
 
   body = canonical_json({"id": cid, "index": int(index), "cell": dict(cell),
                          "result": to_jsonable(dict(result))})
@@ -140,7 +140,7 @@ def read_shard(path: str | os.PathLike, *, repair: bool = False) -> ShardReport:
     if trailing_only:
       os.truncate(path, last_good_end)
     else:
-      from limits.results import atomic_write_text
+      from limits.runs.results import atomic_write_text
 
       atomic_write_text(path, b"".join(data[s:e] for s, e in good_spans).decode("utf-8"))
     repaired = True
@@ -164,7 +164,7 @@ def append_lines(path: str | os.PathLike, lines: Sequence[str]) -> None:
     finally:
       os.close(fd)
   except OSError as e:  # a torn last line is repaired on resume; say it in one line
-    from limits.results import oserror_line
+    from limits.runs.results import oserror_line
 
     raise LimitsError(oserror_line(e, "append to", path) + "; the cells recorded so far are "
                       "kept, run the same command again to continue") from None
@@ -197,7 +197,7 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
 
 def make_manifest(exp_name: str, grid: Grid, config: Mapping[str, Any]) -> dict:
   """The ``sweep.json`` of a run: format, experiment, config, the grid and its sha256."""
-  from limits.results import to_jsonable
+  from limits.runs.results import to_jsonable
 
   ids = grid.ids
   return {
@@ -290,7 +290,7 @@ def open_run(run_dir: str | os.PathLike, manifest: Mapping[str, Any], *, process
   after it unless this process already held it). A different sweep with recorded cells is
   refused by :func:`check_manifest`; records without a manifest are refused too.
   """
-  from limits import results
+  from limits.runs import results
 
   run_dir = Path(run_dir)
   if run_dir.exists() and not run_dir.is_dir():

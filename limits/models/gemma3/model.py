@@ -11,7 +11,7 @@ As HF ``modeling_gemma3.py`` (eager attention), transformers 5:
 Every RMSNorm is ``x · rsqrt(mean(x²) + eps) · (1 + w)`` computed in float32 (HF's Gemma3RMSNorm;
 the params keep HF's ``w``, so a GGUF's stored gains, which include the +1, are loaded minus
 1). Attention logits are ``scores / T`` with the model's T = √query_pre_attn_scalar. Local
-layers attend to the last ``sliding_window`` keys only (``limits.models.engine.attention_mask``);
+layers attend to the last ``sliding_window`` keys only (``limits.numerics.attention_mask``);
 their records carry ``window`` = W, global layers 0. QK-norm bounds every logit: |q·k| ≤
 ‖q‖‖k‖ ≤ d_head·max|1+w_q|·max|1+w_k| (Lemma 1's premise of bounded logits holds by construction).
 Params are HF names without ``model.``; the ``layers`` subtree is stacked and scanned.
@@ -29,7 +29,7 @@ from limits.models.engine import (AttnRecord, Normalizer, attend, check_stacked_
                                   flat_shapes, stack_params)
 from limits.models.gemma3.config import Config
 from limits.models.llama.model import apply_rope, rope_tables
-from limits.models.llama.model import layer_shapes as llama_layer_shapes
+from limits.models.llama.model import base_layer_shapes as llama_layer_shapes
 
 LAYERS_KEY = "layers"
 Params = dict
@@ -145,5 +145,5 @@ def describe(config: Config) -> str:
           f"{config.n_positions}")
 
 
-__all__ = ["Config", "LAYERS_KEY", "block", "check_params", "checkpoint_shapes", "describe",
+__all__ = ["LAYERS_KEY", "block", "check_params", "checkpoint_shapes", "describe",
            "embed", "head", "init_params", "layer_kinds", "params_from_flat"]

@@ -5,6 +5,11 @@ Pre-norm blocks as HF ``modeling_llama.py`` (eager attention):
     x = rms(h);  q, k, v = x Wqᵀ, x Wkᵀ, x Wvᵀ;  q, k = rope(q), rope(k)      (rotate-half)
     h += attn(q, k, v) Woᵀ;   h += down(silu(gate(rms(h))) * up(rms(h)));   logits = rms(h) Eᵀ
 
+Switches for the other HF model types (``limits.models.llama.config.ADAPTERS``): biases on the
+q/k/v (and o) projections (Qwen2; ``attention_bias``), QK-norm ``q, k = rms_q(q), rms_k(k)`` over
+d_head before RoPE (Qwen3), a sliding window per layer (Mistral, Qwen: the engine's layer kind;
+records then carry ``window``, W or 0), and scaled RoPE frequencies (``limits.models.rope``).
+
 Grouped-query attention: ``n_kv_head`` key/value heads, each repeated over its ``group`` of
 query heads, so the record's k and v are per query head like GPT-2's. Parameters are a nested
 dict whose paths are the HF names without the ``model.`` prefix (``layers.3.self_attn.q_proj.
@@ -22,23 +27,15 @@ import numpy as np
 
 from limits.models.engine import (AttnRecord, Normalizer, attend, check_stacked_params,
                                   flat_shapes, stack_params)
+from limits.models import rope
 from limits.models.llama.config import Config
 
 LAYERS_KEY = "layers"
 Params = dict
 
-# HF names after ``layers.<i>.``.
-LAYER_TENSORS = (
-    "input_layernorm.weight",
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-)
-
-
-def layer_shapes(config: Config) -> dict[str, tuple[int, ...]]:
-  """Shapes of one block's tensors (HF layout, linear weights (out, in))."""
+def base_layer_shapes(config) -> dict[str, tuple[int, ...]]:
+  """Shapes of a plain Llama block's tensors (HF layout, linear weights (out, in)); Gemma 3
+  builds on these."""
   d, dh, m = config.n_embd, config.d_head, config.d_mlp
   return {
       "input_layernorm.weight": (d,),
@@ -52,6 +49,22 @@ def layer_shapes(config: Config) -> dict[str, tuple[int, ...]]:
   }
 
 
+def layer_shapes(config: Config) -> dict[str, tuple[int, ...]]:
+  """One block's tensors for this config's switches: the plain ones, plus q/k/v biases, the o
+  bias and the QK-norm gains (d_head) where set."""
+  shapes = base_layer_shapes(config)
+  dh = config.d_head
+  if config.qkv_bias:
+    shapes.update({"self_attn.q_proj.bias": (config.n_head * dh,),
+                   "self_attn.k_proj.bias": (config.n_kv_head * dh,),
+                   "self_attn.v_proj.bias": (config.n_kv_head * dh,)})
+  if config.o_bias:
+    shapes["self_attn.o_proj.bias"] = (config.n_embd,)
+  if config.qk_norm:
+    shapes.update({"self_attn.q_norm.weight": (dh,), "self_attn.k_norm.weight": (dh,)})
+  return shapes
+
+
 def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:
   """Every tensor name (HF, no ``model.`` prefix) and its shape."""
   return flat_shapes(config, layer_shapes(config))
@@ -59,13 +72,13 @@ def checkpoint_shapes(config: Config) -> dict[str, tuple[int, ...]]:
 
 def params_from_flat(flat: dict[str, Any], config: Config) -> Params:
   """The stacked params pytree from ``{HF name without prefix: array}`` (names checked)."""
-  return stack_params(flat, config, ("embed_tokens.weight", "norm.weight"), "layers",
-                      LAYER_TENSORS)
+  return stack_params(flat, config, ("embed_tokens.weight", "norm.weight"), LAYERS_KEY,
+                      tuple(layer_shapes(config)))
 
 
 def init_params(key: jax.Array, config: Config, dtype=jnp.float32) -> Params:
-  """Random weights N(0, 0.02²) (HF ``initializer_range``), RMSNorm gains 1; for tests and
-  benchmarks. NumPy PCG64 seeded by the key's data (no per-shape compile)."""
+  """Random weights and biases N(0, 0.02²) (HF ``initializer_range``), RMSNorm gains 1; for
+  tests and benchmarks. NumPy PCG64 seeded by the key's data (no per-shape compile)."""
   rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
   flat = {}
   for name, shape in checkpoint_shapes(config).items():
@@ -91,13 +104,15 @@ def _rms_norm(x, weight, eps):
   return x * jax.lax.rsqrt(var + eps) * weight
 
 
-def rope_tables(length: int, d_head: int, theta: float, dtype):
+def rope_tables(length: int, d_head: int, theta: float, dtype,
+                scaling: Optional[rope.Scaling] = None):
   """cos, sin (L, d_head) of HF's rotate-half RoPE at positions 0..L-1.
 
-  inv_freq_j = θ^(−2j/d_head) for j < d_head/2, angles = position · inv_freq, duplicated as
+  inv_freq_j = θ^(−2j/d_head) for j < d_head/2 (rewritten by ``scaling``: linear, dynamic,
+  llama3, see ``limits.models.rope.inv_freq``), angles = position · inv_freq, duplicated as
   [angles, angles]; computed in ``dtype`` (float32 as HF, float64 under x64).
   """
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, d_head, 2, dtype=dtype) / d_head))  # (dh/2,)
+  inv_freq = rope.inv_freq(d_head, theta, dtype, scaling)  # (dh/2,)
   angles = jnp.arange(length, dtype=dtype)[:, None] * inv_freq[None, :]  # (L, dh/2)
   emb = jnp.concatenate([angles, angles], axis=-1)  # (L, dh)
   return jnp.cos(emb), jnp.sin(emb)
@@ -113,28 +128,47 @@ def apply_rope(x, cos, sin):
   return x * cos + _rotate_half(x) * sin
 
 
-def block(p, h, temperature, *, config: Config, normalizer: Optional[Normalizer]):
-  """One Llama block. h (B, L, D) -> (h (B, L, D), AttnRecord)."""
+def layer_kinds(config: Config) -> tuple:
+  """Per-layer static kind for the engine: the sliding window W or 0 (global) when some layer is
+  local (Mistral, Qwen with windows); all None otherwise (records keep ``window`` None)."""
+  if not config.has_windows:
+    return (None,) * config.n_layer
+  return tuple(config.window(i) for i in range(config.n_layer))
+
+
+def _linear(x, p):
+  """x Wᵀ (+ b where the checkpoint has a bias)."""
+  y = x @ p["weight"].T
+  return y + p["bias"] if "bias" in p else y
+
+
+def block(p, h, temperature, *, config: Config, normalizer: Optional[Normalizer],
+          kind: Optional[int] = None):
+  """One Llama-family block; ``kind`` = sliding window W (local), 0 (global) or None (no layer
+  of the model is local). h (B, L, D) -> (h (B, L, D), AttnRecord)."""
   b, l, _ = h.shape
-  nh, nkv, dh = config.n_head, config.n_kv_head, config.d_head
+  nh, nkv, dh, eps = config.n_head, config.n_kv_head, config.d_head, config.rms_norm_eps
   att = p["self_attn"]
-  x = _rms_norm(h, p["input_layernorm"]["weight"], config.rms_norm_eps)  # (B, L, D)
-  heads = lambda w, n: (x @ w.T).reshape(b, l, n, dh).transpose(0, 2, 1, 3)  # (B, n, L, dh)
-  q = heads(att["q_proj"]["weight"], nh)
-  k = heads(att["k_proj"]["weight"], nkv)
-  v = heads(att["v_proj"]["weight"], nkv)
-  cos, sin = rope_tables(l, dh, config.rope_theta, h.dtype)
+  x = _rms_norm(h, p["input_layernorm"]["weight"], eps)  # (B, L, D)
+  heads = lambda name, n: _linear(x, att[name]).reshape(b, l, n, dh)  # (B, L, n, dh)
+  q, k, v = heads("q_proj", nh), heads("k_proj", nkv), heads("v_proj", nkv)
+  if config.qk_norm:  # Qwen3: RMSNorm over d_head before RoPE
+    q = _rms_norm(q, att["q_norm"]["weight"], eps)
+    k = _rms_norm(k, att["k_norm"]["weight"], eps)
+  q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # (B, n, L, dh)
+  cos, sin = rope_tables(l, dh, config.rope_theta, h.dtype, config.rope_scaling)
   q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
   k = jnp.repeat(k, config.group, axis=1)  # (B, H, L, dh): head i uses kv head i // group
   v = jnp.repeat(v, config.group, axis=1)
-  a, scores, weights = attend(q, k, v, temperature, normalizer)  # a (B, H, L, dh)
+  a, scores, weights = attend(q, k, v, temperature, normalizer, window=kind or 0)
   a = a.transpose(0, 2, 1, 3).reshape(b, l, nh * dh)
-  h = h + a @ att["o_proj"]["weight"].T
-  m = _rms_norm(h, p["post_attention_layernorm"]["weight"], config.rms_norm_eps)
+  h = h + _linear(a, att["o_proj"])
+  m = _rms_norm(h, p["post_attention_layernorm"]["weight"], eps)
   mlp = p["mlp"]
   m = (jax.nn.silu(m @ mlp["gate_proj"]["weight"].T) * (m @ mlp["up_proj"]["weight"].T))
   h = h + m @ mlp["down_proj"]["weight"].T
-  return h, AttnRecord(q=q, k=k, v=v, scores=scores, weights=weights, x=x)
+  return h, AttnRecord(q=q, k=k, v=v, scores=scores, weights=weights, x=x,
+                       window=None if kind is None else jnp.int32(kind))
 
 
 def embed(params, tokens, config: Config = None):
@@ -148,12 +182,20 @@ def head(params, h, config: Config):
 
 
 def describe(config: Config) -> str:
-  """One line: layers × heads (kv heads), widths, RoPE θ, context."""
-  return (f"llama {config.n_layer} layers × {config.n_head} heads ({config.n_kv_head} kv), "
-          f"d_head {config.d_head}, d_model {config.n_embd}, RoPE θ {config.rope_theta:g}, "
-          f"context {config.n_positions}")
+  """One line: model type, layers × heads (kv heads), widths, switches, RoPE θ, context."""
+  extras = [name for name, on in (("q/k/v biases", config.qkv_bias), ("o bias", config.o_bias),
+                                  ("QK-norm", config.qk_norm)) if on]
+  if config.has_windows:
+    n_local = sum(1 for i in range(config.n_layer) if config.window(i))
+    extras.append(f"{n_local} local layers with window {config.sliding_window}")
+  if config.rope_scaling is not None:
+    extras.append(f"RoPE scaling {config.rope_scaling.rope_type} ×{config.rope_scaling.factor:g}")
+  return (f"{config.model_type} {config.n_layer} layers × {config.n_head} heads "
+          f"({config.n_kv_head} kv), d_head {config.d_head}, d_model {config.n_embd}, "
+          + "".join(e + ", " for e in extras)
+          + f"RoPE θ {config.rope_theta:g}, context {config.n_positions}")
 
 
-__all__ = ["Config", "LAYERS_KEY", "block", "checkpoint_shapes", "embed", "head",
+__all__ = ["LAYERS_KEY", "block", "checkpoint_shapes", "embed", "head",
            "init_params", "params_from_flat", "check_params", "rope_tables", "apply_rope",
-           "describe"]
+           "describe", "layer_kinds", "layer_shapes", "base_layer_shapes"]

@@ -1,6 +1,6 @@
 """The ``distance_model`` sweep kind: Theorem 1 (Algorithms 1-2) on a model's own attention.
 
-A host kind (``Experiment.host``): each batch calls ``limits.distance_model.ModelEvaluator``,
+A host kind (``Experiment.host``): each batch calls ``limits.distance.model.ModelEvaluator``,
 the implementation ``experiments.distance`` uses, on the process's default device.
 
 AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
@@ -22,14 +22,14 @@ VECTORS = ("value", "key", "hidden")
 
 @functools.lru_cache(maxsize=2)
 def _model(spec: str):
-  from limits import sources
+  from limits.records import sources
 
   return sources.load_model(spec)
 
 
 def _distance_model_inputs(static):
   """Model weights and the run's corpus windows (W, L) for one (model, length, windows) group."""
-  from limits import sources
+  from limits.records import sources
 
   model = _model(static["model"])
   tokens = sources.corpus_windows(model, static["length"], static["windows"],

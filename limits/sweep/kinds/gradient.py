@@ -22,7 +22,7 @@ def gradient_logits(run_key, rows: int, length: int, dtype=None):
   import jax
   import jax.numpy as jnp
 
-  from limits import gradient_rows
+  from limits.gradient import rows as gradient_rows
 
   dtype = dtype or jnp.result_type(float)
   return gradient_rows.synthetic_rows(jax.random.fold_in(run_key, _LOGITS_TAG), rows, length,
@@ -45,7 +45,7 @@ def _gradient_fn(static, params, keys, run_key):
   "secular" (softmax only: ``jacobians.softmax_closed_form_norm``, O(L) per row, for long rows)
   or "none" (no Jacobian outputs).
 
-  Defaults differ from the CLI's (``limits.gradient.GradientConfig``) and are kept so that
+  Defaults differ from the CLI's (``limits.gradient.task.GradientConfig``) and are kept so that
   existing sweep grids keep their cell ids: ``logit_scale`` 1.0 here vs 8.0 (σ = √64) there,
   ``rows`` 128 here (every row gets g) vs 256 rows there (``rows``, with g on ``fd_rows`` =
   256 sampled rows); the CLI also draws its rows from ``key(seed)`` split three ways, the
@@ -54,7 +54,8 @@ def _gradient_fn(static, params, keys, run_key):
   import jax
   import jax.numpy as jnp
 
-  from limits import gradient_rows, normalizers
+  from limits import normalizers
+  from limits.gradient import rows as gradient_rows
 
   name = static["normalizer"]
   norm_fn = normalizers.get(name)

@@ -60,7 +60,8 @@ def _separability_fn(static, params, keys, run_key):
   import jax
   import jax.numpy as jnp
 
-  from limits import separability_sphere as mc
+  from limits import selection
+  from limits.separability import sphere as mc
 
   L, dim, S = static["length"], static["dim"], static["samples"]
   T, M, zs, ns = params["temperature"], params["M"], params["zipf_s"], params["n"]  # (b,)
@@ -71,7 +72,7 @@ def _separability_fn(static, params, keys, run_key):
 
   def one(t, m, z, n):
     alpha = separability_alpha(static["alpha_kind"], run_key, L, t, z, T.dtype)[None]  # (1, L)
-    rank = mc.sort_desc(alpha)
+    rank = selection.sort_desc(alpha)
     nk = jnp.reshape(n, (1,))
     st = jax.lax.map(lambda i: mc.sample_stats(pkey, i, alpha, rank, nk, dim, m),
                      jnp.arange(S, dtype=jnp.int32), batch_size=chunk)  # (S, 6, 1, 1)

@@ -1,0 +1,130 @@
+"""The flags several ``experiments/*`` CLIs share, defined in one place.
+
+Each CLI calls these from its ``define_flags`` (run only under ``__main__``) with its defaults
+(its config dataclass instance, or a mapping for a CLI without one) and, where its wording
+differs, its own help text; a help of ``None`` leaves that flag out. The flags count as the calling CLI's own (``--help`` lists them
+and :func:`limits.runs.results.run_identity` reads them), because this module disclaims key flags.
+
+- :func:`define_corpus_flags`: ``--model``, ``--text``, ``--data_dir``, ``--windows`` (> 0).
+- :func:`define_run_flags`: ``--seed``, ``--out_dir``, ``--x64``, ``--plot``.
+- :func:`define_config_flags`: every flag of a config dataclass, generated from its fields
+  (:mod:`limits.runs.options`: default, help, choices, check in one declaration).
+- :func:`config_from_flags`: a config dataclass from the flags of the same names (in ``main``).
+- :func:`task_main`: the ``main`` of a CLI that is flags -> config -> ``run(config)`` -> folder.
+- :func:`command_line`: the command as a user would retype it (recorded in outputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from absl import flags
+
+from limits import cli
+from limits.runs import options
+
+# Flags defined by the functions below belong to the module that calls them.
+flags.disclaim_key_flags()
+
+TEXT_HELP, WINDOWS_HELP, SEED_HELP = options.TEXT_HELP, options.WINDOWS_HELP, options.SEED_HELP
+
+
+def _default(defaults: Any, name: str) -> Any:
+  return defaults[name] if isinstance(defaults, Mapping) else getattr(defaults, name)
+
+
+MODEL_HELP = options.MODEL_HELP  # what limits.records.sources.load_model accepts
+
+
+def define_corpus_flags(defaults: Any, *, model: str | None, text: str | None = TEXT_HELP,
+                        data_dir: str | None = options.DATA_DIR_HELP,
+                        windows: str | None = WINDOWS_HELP) -> None:
+  """``--model`` (a model spec), ``--text`` (a text file instead of the corpus), ``--data_dir``
+  (the corpus folder) and ``--windows`` (L-token corpus windows, a positive integer), each with
+  its default from ``defaults`` and the given help; None leaves the flag out."""
+  for name, help_text in (("model", model), ("text", text), ("data_dir", data_dir)):
+    if help_text is not None:
+      flags.DEFINE_string(name, _default(defaults, name), help_text)
+  if windows is not None:
+    flags.DEFINE_integer("windows", _default(defaults, "windows"), windows)
+    cli.require_positive_ints("windows")
+
+
+def define_run_flags(defaults: Any, experiment: str, *, seed: str = SEED_HELP,
+                     x64: str | None = None, out_dir: str | None = None,
+                     plot: str | None = None) -> None:
+  """``--seed``, ``--out_dir`` (the run directory; help by default "Run directory (default
+  results/<experiment>/<time>)."), and where their help is given ``--x64`` (float64) and
+  ``--plot``, each with its default from ``defaults``."""
+  flags.DEFINE_integer("seed", _default(defaults, "seed"), seed)
+  flags.DEFINE_string("out_dir", _default(defaults, "out_dir"),
+                      out_dir or f"Run directory (default results/{experiment}/<time>).")
+  if x64 is not None:
+    flags.DEFINE_bool("x64", _default(defaults, "x64"), x64)
+  if plot is not None:
+    flags.DEFINE_bool("plot", _default(defaults, "plot"), plot)
+
+
+def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None = None) -> None:
+  """The absl flags of a config dataclass whose fields are :func:`limits.runs.options.option` s:
+  one flag per field with ``cli`` set, named like the field, with its default, help, choices
+  and check (one line ``--NAME must ...`` on a bad value). The flag's type follows the field's
+  annotation: bool, int, float, a str with choices (an enum flag), else a string.
+  ``flag_values``: where to define them (default absl's global ``flags.FLAGS``)."""
+  fv = flags.FLAGS if flag_values is None else flag_values
+  for field in dataclasses.fields(config_cls):
+    md = options.metadata(field)
+    if not md["cli"]:
+      continue
+    name, default, help_text = field.name, field.default, md["help"]
+    kind = str(field.type)
+    if md["choices"]:
+      flags.DEFINE_enum(name, default, list(md["choices"]), help_text, flag_values=fv)
+    elif "bool" in kind:
+      flags.DEFINE_bool(name, default, help_text, flag_values=fv)
+    elif "int" in kind:
+      flags.DEFINE_integer(name, default, help_text, flag_values=fv)
+    elif "float" in kind:
+      flags.DEFINE_float(name, default, help_text, flag_values=fv)
+    else:
+      flags.DEFINE_string(name, default, help_text, flag_values=fv)
+    if md["check"] is not None:
+      ok, must = md["check"]
+      cli.require(name, ok, must, flag_values=fv)
+  for names, ok, message in getattr(config_cls, "CROSS_CHECKS", ()):
+    flags.register_multi_flags_validator(list(names), ok, message=message, flag_values=fv)
+
+
+def config_from_flags(config_cls: type) -> Any:
+  """``config_cls`` built from the flags named like its fields (call in ``main``)."""
+  fv = flags.FLAGS
+  return config_cls(**{f.name: fv[f.name].value for f in dataclasses.fields(config_cls)})
+
+
+def task_main(config_cls: type, run: Callable[[Any], object],
+              step: Callable[[Any], str] | None = None) -> Callable[[Sequence[str]], None]:
+  """``main`` for a CLI over one task: the config from the flags, float64 per its ``x64``, then
+  ``run(config)``, printing ``wrote <the folder run returns>`` and, with ``step`` (config ->
+  the reproduction step name), the registry's verdicts on the claims that run measured."""
+
+  def main(argv: Sequence[str]) -> None:
+    del argv
+    config = config_from_flags(config_cls)
+    cli.setup_precision(config.x64)
+    out = run(config)
+    print(f"wrote {out}")
+    if step is not None:
+      from limits.claims import step_report
+
+      step_report.print_run(step(config), out)
+
+  return main
+
+
+def command_line(module: str) -> str:
+  """``python -m <module> <this process's arguments>``, shell-quoted."""
+  return f"python -m {module} " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -1,0 +1,449 @@
+"""Theorem 1 per layer, fast path (Algorithms 1-3 on a model): same values as
+:func:`limits.distance.heads.head_stats`.
+
+Selection (the one tie rule, :mod:`limits.selection`): for N <= :data:`TOPK_MAX` (Algorithms
+1-2) each row's top max(N) + 1 keys come from one ``lax.top_k`` on the device
+(:func:`layer_kernel`, everything under jit, no host round trip); larger N (Algorithm 3's
+search) use rows sorted once on the host (:func:`sort_rows`) and a threshold per N with an
+index cut for ties (:func:`thresholds_from_sorted`). The per-N work of all queries of a causal
+query block is two (R, C)·(C, d) products through the Gram identities:
+
+  s_N = A_N X (R, d),  c_N = s_N Xᵀ (R, C),  ‖α_i x_i − s‖² = α_i²‖x_i‖² − 2α_i c_i + ‖s‖².
+
+Compile time (what a short run pays): the per-N body is traced once and looped over the K
+values of N (``lax.map``), float32 records are selected as they are (no float64 tie fallback
+is compiled for them) and cast to the compute dtype after, and a layer is one causal block
+below :data:`BLOCKS_FROM_LENGTH` (each block is its own copy of the kernel).
+benchmarks/distance_compile.py measures the first call and the run against an earlier commit.
+
+d_1 is computed only when the bound is verified. Device path: from the per-key prefix maxima
+of the distance matrix (:func:`prefix_maxima`, once per block), exact, with the gather of the
+<= N selected rows only for rows whose farthest pair lies inside I_N (:func:`_d1_sq_prefix`).
+Host path: the gather for every row. The paper's printed E (both x̄ readings) and the E with
+p = N/L are folded into the same kernel on request (:func:`layer_stats_printed`: the shared
+s_all, c_all and causal blocks). Same semantics as ``head_stats`` (causal prefix, ties to the
+lower index, t <= N skipped); tests/test_distance_fast.py checks it against ``head_stats``
+(1e-12 relative, float64, ties included) and the printed E against :mod:`limits.distance.printed`.
+
+Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees only its last
+min(t + 1, W) keys. Keys outside the window have weight exactly 0 and are not tokens of the
+row: they are neither selected nor non-selected, and every length in the formulas (t in
+p = N/(t − 1), (t − N)/t, the counted rows t > N, x̄ of the printed E) is the effective length
+min(t + 1, W). tests/test_distance_window.py checks every quantity against the row cut to its
+window.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from limits.distance.heads import HeadStats, reduce_rows
+from limits.distance.rows import RowStats, check_inclusion, sqrt0
+from limits.errors import LimitsError
+from limits.selection import (ranks_from_top, select_thresholds, sort_rows,
+                              thresholds_from_sorted, top_k_rows)
+
+
+PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
+# Largest top-N served by one device ``lax.top_k`` per row; larger N (Algorithm 3's search up
+# to L − 1) use the host sort and thresholds.
+TOPK_MAX = 128
+
+
+def block_visible(lo: int, R: int, C: int, window: int = 0):
+  """(R, C) bool: key j visible from query lo + r (causal, and j > query − W when W > 0)."""
+  kpos = jnp.arange(C)[None, :]
+  qpos = (lo + jnp.arange(R))[:, None]
+  vis = kpos <= qpos
+  return vis & (kpos > qpos - window) if window else vis
+
+
+def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
+                row_block: int, top_idx=None, printed: bool = False, window: int = 0):
+  """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form), and
+  with ``printed`` the per-row printed E (both x̄ readings) and the E with p = N/L, (R, K, 3).
+
+  a: (R, C) their causal weights over the keys 0 … C − 1 they can see (C = lo + R: a causal
+  block reads only its prefix); x: (C, d); select(k) → (R, C) the mask of I_N for N = ns[k]
+  (k traced); ns: (K,); cap: static upper bound of the N values (the size of the d_1 gather).
+  top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1 from
+  the prefix maxima, :func:`_d1_sq_prefix`). The per-N body is traced once and looped over the
+  K values of N (``lax.map``): its compile time does not grow with K. window: static W > 0 for
+  a sliding-window layer (0 = global).
+  """
+  R, C = a.shape
+  dt = a.dtype
+  vis = block_visible(lo, R, C, window)  # (R, C)
+  a = jnp.where(vis, a, 0.0)
+  t = jnp.sum(vis, axis=-1).astype(dt)  # (R,) visible keys per query: min(t + 1, W)
+  n2 = jnp.sum(x * x, axis=-1)  # (C,)
+  w2 = a * a * n2[None, :]  # (R, C) α_i²‖x_i‖²
+  m = jnp.sum(a, axis=-1)  # (R,) row mass
+  s_all = a @ x  # (R, d)
+  c_all = s_all @ x.T  # (R, C) ⟨x_i, s_all⟩
+  q_all = jnp.sum(s_all * s_all, axis=-1)  # (R,)
+  ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (R,)
+  w2_tot = jnp.sum(w2, axis=-1)  # (R,)
+  cap = min(cap, C)
+  if bound:
+    gram = x @ x.T
+    dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (C, C) ‖x_j − x_i‖²
+    if top_idx is not None:
+      P, I = (v[lo:] for v in prefix_maxima(dist2))  # (R, C) each
+  if printed:  # limits.distance.printed.head_expectations, on the same s, c and causal block
+    if window:  # the mean of the query's window
+      xm = (vis.astype(dt) @ x) / t[:, None]  # (R, d)
+    else:
+      xm = jnp.cumsum(x, axis=0)[lo:] / t[:, None]  # (R, d) prefix mean per query
+    c_mean = xm @ x.T  # (R, C) ⟨x_i, x̄_t⟩
+    q_mean = jnp.sum(xm * xm, axis=-1)
+
+    def printed_sum(coef, c, q):  # coef (R, C) = α_i + N/(L_t − 1)
+      terms = coef * coef * n2[None, :] - 2.0 * coef * c + q[:, None]
+      return jnp.sum(jnp.where(vis, sqrt0(terms), 0.0), axis=-1)  # (R,)
+
+  def per_n(k):  # one N: the (R,) columns of RowStats and the (R, 3) printed E
+    n = ns[k].astype(dt)
+    sel = select(k)  # (R, C)
+    rest = vis & ~sel
+    a_sel = jnp.where(sel, a, 0.0)
+    s = a_sel @ x  # (R, d)
+    c = s @ x.T  # (R, C)
+    s2 = jnp.sum(s * s, axis=-1)  # (R,)
+    d_sum = jnp.sum(jnp.where(rest, sqrt0(w2 - 2.0 * a * c + s2[:, None]), 0.0), axis=-1)
+    u = s_all - 2.0 * s  # Σ_{rest} α_i x_i − s
+    d_norm = sqrt0(jnp.sum(u * u, axis=-1))
+    alpha_bar = jnp.sum(a_sel, axis=-1)
+    if inclusion == "n_over_l_minus_1":
+      p = n / jnp.maximum(t - 1.0, 1.0)
+    else:
+      p = n / t
+    p = jnp.clip(p, 0.0, 1.0)  # (R,)
+    pref = (t - n) / t  # (R,)
+    pk = p[:, None]  # (R, 1)
+    e_terms = (1 + pk) ** 2 * w2 - 2 * pk * (1 + pk) * a * c_all + pk * pk * q_all[:, None]
+    expected = pref * jnp.sum(jnp.where(vis, sqrt0(e_terms), 0.0), axis=-1)
+    var = (p * (1 - p) * ratio)[:, None] * (w2_tot[:, None] - w2)
+    gap = pref * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
+    if bound:
+      r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
+      if top_idx is None:
+        d1 = sqrt0(_d1_sq(sel, rest, dist2, cap=cap, row_block=row_block))
+      else:
+        d1 = sqrt0(_d1_sq_prefix(sel, rest, dist2, top_idx, P, I))
+      spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
+      dmax_sum = (m - alpha_bar) * d1 + r_n * spread
+      dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
+    else:
+      d1 = r_n = dmax_sum = dmax_norm = jnp.zeros_like(d_sum)
+    cols = (d_sum, d_norm, expected, gap, dmax_sum, dmax_norm, alpha_bar, d1, r_n)
+    if not printed:
+      return cols, None
+    coef = a + (n / jnp.maximum(t - 1.0, 1.0))[:, None]
+    pl = jnp.clip(n / t, 0.0, 1.0)[:, None]  # (R, 1) N/L_t
+    nl_terms = (1 + pl) ** 2 * w2 - 2 * pl * (1 + pl) * a * c_all + pl * pl * q_all[:, None]
+    extra = pref[:, None] * jnp.stack(
+        [printed_sum(coef, c_all, q_all), printed_sum(coef, c_mean, q_mean),
+         jnp.sum(jnp.where(vis, sqrt0(nl_terms), 0.0), axis=-1)], axis=-1)  # (R, 3)
+    return cols, extra
+
+  if ns.shape[0] == 1:  # one N (Algorithm 1): no loop
+    cols, extra = jax.tree.map(lambda v: v[None], per_n(0))
+  else:
+    cols, extra = lax.map(per_n, jnp.arange(ns.shape[0]))  # each (K, R); extra (K, R, 3)
+  counted = t[:, None] > ns[None, :].astype(dt)  # (R, K)
+  fields = [jnp.where(counted, f.T, 0.0) for f in cols]  # each (R, K)
+  rows = RowStats(counted, *fields)
+  if not printed:
+    return rows, None
+  return rows, jnp.where(counted[..., None], jnp.swapaxes(extra, 0, 1), 0.0)  # (R, K, 3)
+
+
+def _d1_sq(sel, rest, dist2, *, cap: int, row_block: int):
+  """d_1² per row: max ‖x_i − x_j‖² over selected j and non-selected visible i. (R,)
+
+  sel, rest: (R, C); dist2: (C, C). The ≤ cap selected keys of each row are compacted to
+  indices and their rows of the distance matrix gathered: cap·C work per query instead of C².
+  """
+  return lax.map(lambda a: _d1_sq_one(a[0], a[1], dist2, cap), (sel, rest),
+                 batch_size=max(1, min(sel.shape[0], row_block)))
+
+
+def _d1_sq_one(srow, rrow, dist2, cap: int):
+  """d_1² of one row by gathering the rows of its ≤ cap selected keys. srow, rrow: (C,)."""
+  C = srow.shape[-1]
+  pos = jnp.arange(C, dtype=jnp.int32)
+  slot = jnp.cumsum(srow) - 1
+  idx = jnp.zeros((cap,), jnp.int32).at[jnp.where(srow, slot, cap)].set(pos, mode="drop")
+  ok = jnp.arange(cap) < jnp.sum(srow)
+  v = jnp.where(ok[:, None] & rrow[None, :], dist2[idx], -jnp.inf)  # (cap, C)
+  best = jnp.max(v)
+  return jnp.where(jnp.isfinite(best), best, 0.0)
+
+
+def prefix_maxima(dist2):
+  """Per-key prefix maxima of the distance matrix: P[q, j] = max_{i <= q} dist2[j, i] and
+  I[q, j] the first i attaining it. dist2 (C, C) → (P, I), each (C, C) (row = query)."""
+  P = lax.cummax(dist2, axis=1)  # (j, q)
+  prev = jnp.concatenate([jnp.full_like(P[:, :1], -jnp.inf), P[:, :-1]], axis=1)
+  pos = jnp.arange(dist2.shape[1], dtype=jnp.int32)
+  first = lax.cummax(jnp.where(dist2 > prev, pos[None, :], 0), axis=1)
+  return P.T, first.T
+
+
+def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
+  """d_1² per row (R,) from the per-key prefix maxima, exact; same values as :func:`_d1_sq`.
+
+  For query q and selected j, P[q, j] = max over all visible i of ‖x_j − x_i‖², attained first
+  at I[q, j]. U = max_j P[q, j] bounds d_1² from above; when some j attains U with I[q, j] not
+  selected, that pair is admissible and d_1² = U. The other rows (the farthest pair is within
+  I_N) are recomputed from the distance rows of their selected keys (``idx`` holds them: no
+  compaction) in a loop over those rows only.
+  idx (R, k): keys in selection order (the first N of them are I_N); P, I (R, C): rows
+  lo … hi − 1 of :func:`prefix_maxima`.
+  """
+  R = idx.shape[0]
+  in_n = jnp.take_along_axis(sel, idx, -1)  # (R, k) the selected keys among them
+  pj = jnp.where(in_n, jnp.take_along_axis(P, idx, -1), -jnp.inf)  # (R, k)
+  arg = jnp.take_along_axis(I, idx, -1)  # (R, k) farthest visible key from each selected
+  # admissible: the farthest key is visible and not selected (with a sliding window the
+  # prefix maximum may sit before the window: then the row takes the gather below)
+  ok = in_n & jnp.take_along_axis(rest, arg, -1)
+  upper = jnp.max(pj, axis=-1)
+  exact = jnp.max(jnp.where(ok, pj, -jnp.inf), axis=-1)
+  has_rest = jnp.any(rest, axis=-1)
+  fine = ~has_rest | (exact >= upper)
+  out = jnp.where(has_rest, exact, 0.0)
+  todo = jnp.nonzero(~fine, size=R, fill_value=0)[0]
+
+  def body(i, acc):
+    q = todo[i]
+    v = jnp.where(in_n[q][:, None] & rest[q][None, :], dist2[idx[q]], -jnp.inf)  # (k, C)
+    return acc.at[q].set(jnp.max(v))  # a fallback row has a selected key and a rest key
+
+  return lax.fori_loop(0, jnp.sum(~fine), body, out)
+
+
+# Below this length a layer is one block: every block is compiled as its own copy of the
+# kernel (4 blocks: 2.4-3.3× the compile time of 1), and the work saved (38 % of the
+# elementwise passes) shows only at long rows. Embedded model, float64, N = 5, printed E, on 2
+# cores under load 11-15 (layer_kernel timed alone on random causal rows, 4 heads, d = 32):
+# L = 512 runs 0.17 s with 1 block, 0.30 s with 4; L = 1,024 1.36 s vs 1.10 s in one probe,
+# 1.67 s vs 1.69 s in another.
+BLOCKS_FROM_LENGTH = 1024
+
+
+def default_blocks(L: int) -> int:
+  """Causal query blocks used for an L × L layer: 1 below BLOCKS_FROM_LENGTH, else 4."""
+  return 1 if L < BLOCKS_FROM_LENGTH else 4
+
+
+def causal_blocks(L: int, blocks: int = 4) -> list[tuple[int, int]]:
+  """Query blocks [lo, hi) of a causal L × L layer; block b reads only keys < hi, so the
+  per-row work is Σ_b (hi − lo)·hi ≈ 0.62·L² for 4 blocks instead of L²."""
+  edges = sorted({0, L} | {round(L * (b + 1) / blocks) for b in range(blocks)})
+  return list(zip(edges[:-1], edges[1:]))
+
+
+def _reduce(parts, printed: bool):
+  """Per-block (RowStats, printed rows) → (HeadStats (K,), printed sums (K, 3) or None)."""
+  rows = RowStats(*[jnp.concatenate(f, axis=0) for f in zip(*[p[0] for p in parts])])
+  extra = sum(jnp.sum(p[1], axis=0) for p in parts) if printed else None
+  return reduce_rows(rows), extra
+
+
+@functools.partial(jax.jit, static_argnames=("cap", "inclusion", "bound", "row_block",
+                                             "blocks", "printed", "window"))
+def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: bool,
+                  row_block: int, blocks: int, printed: bool = False, window: int = 0):
+  """Host-threshold path: HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d),
+  thr/cut (G, L, K) from :func:`thresholds_from_sorted` (any N up to L); cap (static) bounds
+  the N values (the d_1 gather size)."""
+  L = weights.shape[-1]
+
+  def per_head(args):
+    a, xh, th, ct = args
+    parts = []
+    for lo, hi in causal_blocks(L, blocks):
+      ab = a[lo:hi, :hi]
+      kpos = jnp.arange(hi)
+      vis = block_visible(lo, hi - lo, hi, window)
+      av = jnp.where(vis, ab, 0.0)
+      tb, cb = th[lo:hi], ct[lo:hi]  # (R, K)
+      select = lambda k, av=av, vis=vis, kpos=kpos, tb=tb, cb=cb: select_thresholds(
+          av, tb[:, k], cb[:, k], vis, kpos)
+      parts.append(_block_rows(ab, xh[:hi], select, ns, lo, cap=cap, inclusion=inclusion,
+                               bound=bound, row_block=row_block, printed=printed,
+                               window=window))
+    return _reduce(parts, printed)
+
+  return lax.map(per_head, (weights, x, thr, cut))
+
+
+@functools.partial(jax.jit, static_argnames=("kmax", "inclusion", "bound", "blocks",
+                                             "printed", "dtype", "window"))
+def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_1",
+                 bound: bool = True, blocks: int = 4, printed: bool = False, dtype=None,
+                 window: int = 0):
+  """Device path, everything under jit: (HeadStats (G, K), printed sums (G, K, 3) or None).
+
+  weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
+  top kmax + 1 keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie
+  rule), I_N as a rank cut, d_1 from the per-key prefix maxima (:func:`_d1_sq_prefix`), the
+  printed E (:data:`PRINTED`, sums over counted queries) on the same s, c and causal blocks.
+  ``dtype`` (static, default x's) is the compute dtype: float32 weights (model records) are
+  selected as they are and cast after, so no float64 tie fallback is compiled for them
+  (:func:`limits.selection.top_k_rows`: a float32 row needs none).
+  window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
+  """
+  L = weights.shape[-1]
+  dtype = x.dtype if dtype is None else jnp.dtype(dtype)
+  x = x.astype(dtype)
+
+  def per_head(args):
+    a, xh = args
+    parts = []
+    for lo, hi in causal_blocks(L, blocks):
+      ab = a[lo:hi, :hi]
+      vis = block_visible(lo, hi - lo, hi, window)
+      idx = top_k_rows(jnp.where(vis, ab, 0.0), vis, min(kmax + 1, hi), ns)  # (R, k)
+      rank = ranks_from_top(idx, hi)
+      select = lambda k, vis=vis, rank=rank: vis & (rank < ns[k])
+      parts.append(_block_rows(ab.astype(dtype), xh[:hi], select, ns, lo, cap=kmax,
+                               inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
+                               printed=printed, window=window))
+    return _reduce(parts, printed)
+
+  return lax.map(per_head, (weights, x))
+
+
+def _prepare(weights, x, ns, dtype):
+  ns = [int(n) for n in ns]
+  if not ns or min(ns) < 1:
+    raise LimitsError(f"top-N sizes {ns} must be positive integers")
+  w = np.asarray(weights, dtype=dtype or np.asarray(weights).dtype)
+  B, H, L, _ = w.shape
+  x = np.asarray(x, dtype=w.dtype)
+  if x.ndim == 3:
+    x = np.broadcast_to(x[:, None], (B, H) + x.shape[1:])
+  return w, x, ns
+
+
+def _device_arrays(weights, x, dtype):
+  """(weights (B·H, L, L), x (B·H, L, d), (B, H, L), compute dtype) as device arrays: JAX
+  arrays (e.g. a layer's records) stay on the device, NumPy arrays are placed explicitly.
+  x is cast to the compute dtype (``dtype``, default the weights'); float32 (or narrower)
+  weights stay float32 (exact: the kernel selects on them and casts after), wider ones are
+  cast to the compute dtype."""
+  if not isinstance(weights, jax.Array):
+    weights = jax.device_put(np.asarray(weights))
+  if not isinstance(x, jax.Array):
+    x = jax.device_put(np.asarray(x))
+  compute = jnp.dtype(dtype or weights.dtype)
+  narrow = jnp.issubdtype(weights.dtype, jnp.floating) and weights.dtype.itemsize <= 4
+  w = weights.astype(jnp.float32 if narrow and compute.itemsize > 4 else compute)
+  B, H, L, _ = w.shape
+  x = x.astype(compute)
+  if x.ndim == 3:
+    x = jnp.broadcast_to(x[:, None], (B, H) + x.shape[1:])
+  return w.reshape(B * H, L, L), x.reshape(B * H, L, x.shape[-1]), (B, H, L), compute
+
+
+def top_k_size(n_max: int, L: int) -> int:
+  """The static top-k size of the device path for a largest N of ``n_max``: the next power of
+  two (at least 8), at most L. A larger k selects the same first N keys (values unchanged), and
+  Algorithm 3's ascending scan, whose batches of N all have another maximum, then compiles
+  the layer kernel about log2(128 / 8) + 1 = 5 times instead of once per batch (~36 s each
+  at L = 256, 4 heads of 256 dimensions, loaded machine; 0.16 s per call once compiled)."""
+  return int(min(max(8, 1 << (int(n_max) - 1).bit_length()), L))
+
+
+def check_window(window) -> int:
+  """A layer's sliding window as a static int: W > 0 local, 0 (or None) global."""
+  w = 0 if window is None else int(window)
+  if w < 0:
+    raise LimitsError(f"sliding window {window} must be a positive number of keys, or 0 / None "
+                      "for a global layer")
+  return w
+
+
+def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed, window=0):
+  check_inclusion(inclusion)
+  window = check_window(window)
+  ns = [int(n) for n in ns]
+  if not ns or min(ns) < 1:
+    raise LimitsError(f"top-N sizes {ns} must be positive integers")
+  nsj = jax.device_put(np.asarray(ns, np.int32))
+  if sorted_rows is None and max(ns) <= TOPK_MAX:  # device path: no host round trip
+    wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
+    out = layer_kernel(wj, xj, nsj, kmax=top_k_size(max(ns), L), inclusion=inclusion,
+                       bound=bound,
+                       blocks=default_blocks(L) if blocks is None else int(blocks),
+                       printed=printed, dtype=compute.name, window=window)
+  else:
+    w, x, ns = _prepare(weights, x, ns, dtype)
+    B, H, L, _ = w.shape
+    d = x.shape[-1]
+    blocks = default_blocks(L) if blocks is None else int(blocks)
+    wj, xj = jax.device_put(w.reshape(B * H, L, L)), jax.device_put(x.reshape(B * H, L, d))
+    srt = sort_rows(w, window) if sorted_rows is None else sorted_rows
+    th = thresholds_from_sorted(w, srt, ns, window)
+    # The d_1 gather size is static: the largest N when the bound is computed; without the
+    # bound nothing depends on it, so one compile serves every N.
+    cap = max(1, min(max(ns), L)) if bound else 1
+    out = _layer_kernel(wj, xj, jax.device_put(th.thr.reshape(B * H, L, -1)),
+                        jax.device_put(th.cut.reshape(B * H, L, -1)), nsj,
+                        cap=cap, inclusion=inclusion, bound=bound,
+                        row_block=max(1, min(L, (1 << 21) // max(cap * L, 1))),
+                        blocks=blocks, printed=printed, window=window)
+  out = jax.device_get(out)
+  return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)
+
+
+def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
+                bound: bool = True, dtype=None, sorted_rows=None,
+                blocks: int | None = None, window: int | None = 0) -> HeadStats:
+  """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
+
+  Args:
+    weights: (B, H, L, L) causal attention weights (every query uses its causal prefix).
+    x: (B, H, L, d) per-head vectors or (B, L, D) shared by the heads.
+    ns: top-N sizes (each < L is counted only for queries with t > N).
+    bound: also d_1, R_N, d_max (the verification of Eq. 9).
+    dtype: compute dtype (float64 where a bound is verified; float32 suffices for KS).
+    sorted_rows: rows already sorted by :func:`sort_rows` with the same ``window`` (reused
+      between calls): selects the
+      host-threshold path, as does max(ns) > :data:`TOPK_MAX`; else the device path
+      (:func:`layer_kernel`).
+    blocks: causal query blocks (:func:`causal_blocks`); default :func:`default_blocks` (L).
+      The values do not depend on it (tests check 1 and 4 blocks against the row path).
+    window: the layer's sliding window (the record's ``window``): W > 0 for a local layer,
+      where each query's effective length is min(t + 1, W) and keys outside the window are not
+      tokens of the row; 0 or None for a global (causal) layer.
+  Returns:
+    HeadStats with fields (B, H, K) (NumPy arrays).
+  """
+  st, _ = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
+               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window)
+  return st
+
+
+def layer_stats_printed(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
+                        bound: bool = True, dtype=None, blocks: int | None = None,
+                        window: int | None = 0):
+  """:func:`layer_stats` and, from the same kernel (shared s, c and causal blocks), the token
+  averages of the printed E and of the E with p = N/L (:func:`limits.distance.printed.head_expectations`
+  averaged over counted queries): ``(HeadStats (B, H, K), {name in PRINTED: (B, H, K)})``.
+  ``window``: as in :func:`layer_stats` (x̄ is then the mean of the query's window)."""
+  st, sums = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
+                  sorted_rows=None, blocks=blocks, printed=True, window=window)
+  cnt = st.count.astype(np.float64)
+  means = {name: np.where(cnt > 0, sums[..., i] / np.maximum(cnt, 1), np.nan)
+           for i, name in enumerate(PRINTED)}
+  return st, means

@@ -1,0 +1,317 @@
+"""The gradient step's all-rows decisions: a one-pass screen, Newton only where it is needed.
+
+For every (row, T) the gradient experiment asks of λ = λ_max(M), M = diag α − ααᵀ,
+α = softmax(l/T), ‖J‖₂ = λ/T (Corollary 3; M is PSD, so its spectral norm is λ):
+
+- is λ/T above Corollary 3 as printed, min{1/(4T), √2}?  above the tight bound 1/(2T)?
+- is λ/T above Lemma 2's bound (e^{r/T} + e^{2r/T})/(T·n) (where that bound is finite)?
+- which row has the largest λ/T (the reported max T‖J‖)?
+
+Each comparison is made, as in the reference path (every pair by Newton), with the threshold
+times (1 + rtol). Most pairs are decided by a bracket λ₀ ≤ λ ≤ λ¹ computed in one pass over
+the row; only the pairs the bracket cannot decide (and the candidates for the maximum) go to
+Newton on the secular equation (``sensitivity._softmax_norm_newton``) in the run's dtype.
+
+**The bracket** (proved here; tested against dense ``eigvalsh`` in float64). Let α₁ ≥ α₂ be the
+two largest weights (α₂ taken over the keys other than one arg-max), ρ = 1 − α₁ = Σ_{i≠(1)} α_i.
+
+- Lower: Rayleigh quotients. For a unit v, λ ≥ vᵀMv = Σα_i v_i² − (Σα_i v_i)². v = e_(1) gives
+  α₁ρ; v = (e_(1) − e_(2))/√2 gives (α₁ + α₂ − (α₁ − α₂)²)/2 = (α₁ρ + α₂(1 + 2α₁ − α₂))/2.
+  λ₀ is the larger. (It is ≥ α₂, the interlacing lower bound: the difference is
+  (α₁ − α₂)(1 − α₁ + α₂)/2 ≥ 0.) Two visible keys, or tied top two: λ₀ = λ exactly.
+- Upper 1: Weyl. M = diag α − ααᵀ with ααᵀ PSD, so λ_max(M) ≤ λ_max(diag α) = α₁.
+- Upper 2: Gershgorin. Row i of M has diagonal α_i − α_i² = α_i(1 − α_i) and off-diagonal
+  absolute sum α_i Σ_{j≠i} α_j = α_i(1 − α_i) (Σα = 1), so every eigenvalue is
+  ≤ max_i 2α_i(1 − α_i). x(1 − x) increases on [0, ½] and every α_i with i ≠ (1) is ≤ α₂ ≤ ½,
+  so that max is 2·max(α₁ρ, α₂(1 − α₂)). Since 2x(1 − x) ≤ ½, this also gives λ ≤ ½, the tight
+  bound 1/(2T) (no pair can exceed it; the screen decides that comparison for every pair).
+- λ¹ = min(α₁, 2·max(α₁ρ, α₂(1 − α₂))).
+
+**Precision.** The bracket is computed in float32 (one exp per visible key and T, the whole
+cost), from differences l_i − l_max taken in the rows' dtype and then rounded: with
+u = 2⁻²⁴, each d_i = (l_i − l_max)/T has relative error ≤ 3u, so e^{d_i} has relative error
+≤ (3|d_i| + 2)u; keys with d_i < −87 (e^{d_i} below float32's normal range) change sums by
+at most n·2⁻¹²⁵ in absolute terms. The sum over the ≤ w keys adds ≤ w·u, the division u, so
+every α_i (and ρ) used has relative error ≤ (w + 270)u, and each bracket formula (products
+and sums of positive terms in α₁, α₂, ρ) ≤ 3(w + 270)u + 4u. The margin is therefore
+δ = 4(w + 270)·2⁻²⁴ relative (3.1e-4 at w = 1,024) plus 2⁻¹⁰⁰ absolute: λ₀(1 − δ) − 2⁻¹⁰⁰
+and λ¹(1 + δ) + 2⁻¹⁰⁰ bracket the exact λ and also the reference's float64 Newton value (its
+own error, ≤ 1e-12 relative, is far inside δ). A pair is decided only when the widened bracket
+lies entirely on one side of the threshold; every pair within δ of a threshold is rechecked by
+Newton in the run's dtype (float64 by default), so the decisions are those of the all-Newton
+path. A non-finite bracket, or T outside [2⁻¹⁰⁰, 2¹⁰⁰], leaves the pair to Newton.
+
+**Shapes.** Rows are grouped by visible span (last visible key + 1, rounded up to a power of two
+≥ 128: a causal query at position t costs O(t)); each group is one jitted call that walks the
+rows in chunks of ≈ 2¹⁸ (row, T, key) elements (the L2-sized block) with ``lax.map``. Nothing
+per row leaves the device: the result is a dict of (K,) per-temperature counts and maxima.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from limits.gradient import sensitivity
+
+BLOCK_ELEMS = 1 << 18  # elements of one (rows, T, keys) chunk: ~1 MB float32, fits L2
+_ABS = 2.0 ** -100  # absolute slack of the float32 bracket (see the module docstring)
+_T_MIN, _T_MAX = 2.0 ** -100, 2.0 ** 100  # temperatures the float32 screen accepts
+
+
+def margin(width: int) -> float:
+  """δ = 4(w + 270)·2⁻²⁴: the float32 bracket's relative margin for rows of ≤ w keys."""
+  return 4.0 * (width + 270) * 2.0 ** -24
+
+
+def bracket(a1, a2, rho):
+  """(λ₀, λ¹) with λ₀ ≤ λ_max(diag α − ααᵀ) ≤ λ¹ from α₁ ≥ α₂ and ρ = 1 − α₁ (module docstring).
+
+  Elementwise over any shape; a one-hot row (α₂ = 0) gives (0, 0), tied top two (α₁ = α₂)
+  gives λ₀ = λ¹ = α₁ up to rounding.
+  """
+  import jax.numpy as jnp
+
+  lo = jnp.maximum((a1 * rho + a2 * (1 + 2 * a1 - a2)) / 2, a1 * rho)
+  hi = jnp.minimum(a1, 2 * jnp.maximum(a1 * rho, a2 * (1 - a2)))
+  return lo, hi
+
+
+# ----------------------------------------------------------------------------- per group
+
+
+def _row_facts(l, m):
+  """Per row (B,): arg-max index, top logit, top logit among the other keys (−inf if none),
+  visible range r (0 if fewer than one visible key) and count n. l, m (B, w)."""
+  import jax.numpy as jnp
+
+  neg = jnp.asarray(-jnp.inf, l.dtype)
+  x = jnp.where(m, l, neg)
+  i1 = jnp.argmax(x, axis=-1)  # (B,)
+  n = jnp.sum(m, axis=-1)
+  l1 = jnp.where(n > 0, jnp.max(x, axis=-1), 0)
+  others = m & (jnp.arange(l.shape[-1]) != i1[:, None])
+  l2 = jnp.max(jnp.where(others, l, neg), axis=-1)
+  lmin = jnp.min(jnp.where(m, l, jnp.inf), axis=-1)
+  r = l1 - lmin
+  return i1, l1, l2, others, jnp.where(jnp.isfinite(r), r, 0), n
+
+
+def _screen_chunk(l, m, T, *, dtype):
+  """The float32 bracket and Lemma 2's bound for a chunk: l, m (B, w); T (K,) in ``dtype``.
+  Returns λ₀, λ¹ (B, K) float32 (NaN where the screen cannot be trusted) and l2 (B, K)."""
+  import jax.numpy as jnp
+
+  f32 = jnp.float32
+  _, l1, l2, others, r, n = _row_facts(l, m)
+  T32 = T.astype(f32)
+  d = jnp.where(others, l - l1[:, None], 0).astype(f32)  # (B, w) <= 0, rounded once
+  e = jnp.where(others[:, None, :], jnp.exp(d[:, None, :] / T32[None, :, None]), 0)  # (B,K,w)
+  s_o = jnp.sum(e, axis=-1)  # (B, K) Σ over the keys other than the arg-max
+  S = 1 + s_o
+  d2 = jnp.where(n >= 2, (l2 - l1).astype(f32), -jnp.inf)  # (B,)
+  a1, rho = 1 / S, s_o / S
+  a2 = jnp.exp(d2[:, None] / T32[None, :]) / S
+  lo, hi = bracket(a1, a2, rho)
+  ok = (T32 >= _T_MIN) & (T32 <= _T_MAX)
+  lo = jnp.where(ok[None, :], lo, jnp.nan)
+  hi = jnp.where(ok[None, :], hi, jnp.nan)
+  # Lemma 2 (softmax): (e^{r/T} + e^{2r/T})/(T·n), the formula of bounds.softmax_lemma2_bound.
+  rc = r.astype(dtype)[:, None]
+  nn = jnp.maximum(n, 1).astype(dtype)[:, None]
+  lem = (jnp.exp(rc / T[None, :]) + jnp.exp(2 * rc / T[None, :])) / (T[None, :] * nn)
+  return lo, hi, lem
+
+
+def _gather(rows, mask, idx, width, dtype):
+  """Rows ``idx`` cut to their first ``width`` keys, cast to ``dtype``: (B, w), (B, w)."""
+  return rows[idx, :width].astype(dtype), mask[idx, :width]
+
+
+@functools.lru_cache(maxsize=None)
+def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
+  """jit: (rows (R, L), mask (R, L), idx (C·B,), T (K,)) → one span group's λ₀/T and λ¹/T
+  widened by the margin (N, K), Lemma 2's bound (N, K), where the bracket is finite (N, K) and
+  the largest λ₀/T per T (K,). The first ``n`` of the N = C·B positions are rows; the rest is
+  padding."""
+  import jax
+  import jax.numpy as jnp
+  from jax import lax
+
+  dtype = jnp.dtype(dtype_name)
+  delta = margin(width)
+
+  def fn(rows, mask, idx, T):
+    def one(ix):
+      l, m = _gather(rows, mask, ix, width, dtype)
+      return _screen_chunk(l, m, T, dtype=dtype)
+
+    lo, hi, lem = (o.reshape((-1,) + o.shape[2:]) for o in lax.map(one, idx.reshape(-1, chunk)))
+    lo_n = (lo.astype(dtype) * (1 - delta) - _ABS) / T  # (N, K), norm units
+    hi_n = (hi.astype(dtype) * (1 + delta) + _ABS) / T
+    live = (jnp.arange(lo.shape[0]) < n)[:, None]
+    valid = jnp.isfinite(lo_n) & jnp.isfinite(hi_n)
+    max_lo = jnp.max(jnp.where(live & valid, lo_n, -jnp.inf), axis=0)  # (K,)
+    return lo_n, hi_n, lem, valid, max_lo
+
+  return jax.jit(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def _decide_fn(n: int, rtol: float):
+  """jit: the bracket's decisions. A pair is left to Newton (``und``) unless its widened
+  bracket is on one side of each threshold (Lemma 2's only where finite) and its upper end is
+  below the largest lower end of its T (then it cannot be the max)."""
+  import jax
+  import jax.numpy as jnp
+
+  def fn(lo_n, hi_n, lem, valid, max_lo, paper, tight):
+    thr_p, thr_t = paper * (1 + rtol), tight * (1 + rtol)  # (K,)
+    thr_l = lem * (1 + rtol)  # (N, K)
+    fin = jnp.isfinite(lem)
+    live = (jnp.arange(lo_n.shape[0]) < n)[:, None]
+
+    def decided(thr):
+      return valid & ((lo_n > thr) | (hi_n <= thr))
+
+    und = ~(decided(thr_p) & decided(thr_t) & (decided(thr_l) | ~fin)
+            & (hi_n < max_lo)) & live  # (N, K)
+    keep = live & ~und
+    cnt = lambda x: jnp.sum(x & keep, axis=0, dtype=jnp.int32)
+    counts = {"n_exceed_paper": cnt(lo_n > thr_p), "n_exceed_tight": cnt(lo_n > thr_t),
+              "n_exceed_lemma2": cnt(fin & (lo_n > thr_l)),
+              "lemma2_finite": jnp.sum(fin & live, axis=0, dtype=jnp.int32),
+              "newton": jnp.sum(und, axis=0, dtype=jnp.int32)}
+    return und, counts, jnp.sum(und)
+
+  return jax.jit(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def _newton_group_fn(width: int, chunk: int, cap: int, dtype_name: str, max_iters: int,
+                     rtol: float):
+  """jit: Newton's exact norm λ/T of the first ``n_und`` pairs of ``und`` (at most ``cap``),
+  and their counts per T, max norm per T and whether a NaN norm occurred per T."""
+  import jax
+  import jax.numpy as jnp
+  from jax import lax
+
+  from limits import normalizers
+
+  dtype = jnp.dtype(dtype_name)
+
+  def fn(rows, mask, idx, und, n_und, lem, T, paper, tight):
+    K = T.shape[0]
+    flat = jnp.nonzero(und.reshape(-1), size=cap, fill_value=0)[0]  # (cap,)
+    row, k = flat // K, flat % K
+
+    def one(args):
+      ix, kk = args
+      l, m = _gather(rows, mask, ix, width, dtype)
+      t = T[kk]  # (P,)
+      a = normalizers.softmax(l, t[:, None], m)  # (P, w)
+      return sensitivity._softmax_norm_newton(a, max_iters) / t
+
+    norm = lax.map(one, (idx[row].reshape(-1, chunk), k.reshape(-1, chunk))).reshape(-1)
+    ok = jnp.arange(cap) < n_und
+    seg = lambda x: jax.ops.segment_sum((x & ok).astype(jnp.int32), k, num_segments=K)
+    lk = lem[row, k]
+    counts = {"n_exceed_paper": seg(norm > (paper * (1 + rtol))[k]),
+              "n_exceed_tight": seg(norm > (tight * (1 + rtol))[k]),
+              "n_exceed_lemma2": seg(jnp.isfinite(lk) & (norm > lk * (1 + rtol))),
+              "nonfinite": seg(~jnp.isfinite(norm))}
+    max_k = jax.ops.segment_max(jnp.where(ok & ~jnp.isnan(norm), norm, -jnp.inf), k,
+                                num_segments=K)
+    nan_k = seg(jnp.isnan(norm)) > 0
+    return counts, max_k, nan_k
+
+  return jax.jit(fn)
+
+
+def _pow2(n: int) -> int:
+  return 1 << max(0, int(n - 1).bit_length())
+
+
+class Screen:
+  """The all-rows decisions of a run: rows and groups on the device once, then
+  :meth:`stats` per batch of temperatures.
+
+  rows (R, L) any float dtype (the model's float32 rows stay float32 on the device; they are
+  cast to ``dtype`` chunk by chunk), mask (R, L) bool; ``dtype`` is the run's dtype (Newton,
+  Lemma 2 and the thresholds); ``rtol`` the relative tolerance of every comparison.
+  """
+
+  def __init__(self, rows, mask, dtype, rtol: float, *, block_elems: int = BLOCK_ELEMS,
+               max_iters: int = 60):
+    import jax
+
+    self.dtype = np.dtype(dtype)
+    self.rtol = float(rtol)
+    self.block_elems = int(block_elems)
+    self.max_iters = int(max_iters)
+    self.rows = rows if isinstance(rows, jax.Array) else jax.device_put(np.asarray(rows))
+    self.mask = mask if isinstance(mask, jax.Array) else jax.device_put(np.asarray(mask, bool))
+    host_mask = np.asarray(jax.device_get(self.mask))
+    self.groups = sensitivity.span_groups(host_mask)  # [(rows (n,), width)]
+
+  def _padded(self, idx, chunk):
+    import jax
+
+    pad = (-idx.size) % chunk
+    return jax.device_put(np.concatenate([idx, np.full(pad, idx[0] if idx.size else 0,
+                                                        idx.dtype)]))
+
+  def stats(self, temperatures) -> dict:
+    """Per temperature (K,) NumPy: ``n_exceed_paper``, ``n_exceed_tight``,
+    ``n_exceed_lemma2`` (where Lemma 2's bound is finite), ``lemma2_finite``, ``nonfinite``
+    (Newton norms that are not finite), ``max_norm`` (max ‖J‖₂ over rows), ``rows``,
+    ``newton`` (pairs Newton decided; the rest were decided by the bracket).
+
+    Device work only, in jitted functions; explicit transfers of the temperatures in and of
+    (K,) counts (and one count per span group, to size Newton's batch) out.
+    """
+    import jax
+
+    from limits import bounds
+
+    dt = self.dtype
+    Ts = np.asarray(temperatures, dt)
+    K = Ts.size
+    with np.errstate(divide="ignore"):
+      paper = np.minimum(1 / (4 * Ts), dt.type(bounds.SQRT2))  # Corollary 3 as printed
+      tight = 1 / (2 * Ts)
+    Td, pd, td = jax.device_put((Ts, paper, tight))
+    screened = []
+    for idx, w in self.groups:
+      chunk = max(1, self.block_elems // (K * w))
+      idx_d = self._padded(idx, chunk)
+      out = _screen_group_fn(w, chunk, idx.size, dt.name)(self.rows, self.mask, idx_d, Td)
+      screened.append((idx_d, idx.size, w, out))
+    max_lo = np.max([np.asarray(jax.device_get(o[4])) for *_, o in screened], axis=0)
+    max_lo_d = jax.device_put(max_lo)
+    total = {k: np.zeros(K, np.int64) for k in
+             ("n_exceed_paper", "n_exceed_tight", "n_exceed_lemma2", "lemma2_finite",
+              "nonfinite", "newton")}
+    max_norm = np.full(K, -np.inf, dt)
+    nan = np.zeros(K, bool)
+    for idx_d, n, w, (lo_n, hi_n, lem, valid, _) in screened:
+      und, counts, n_und = _decide_fn(n, self.rtol)(lo_n, hi_n, lem, valid, max_lo_d, pd, td)
+      counts, n_und_h = jax.device_get((counts, n_und))
+      for key, v in counts.items():
+        total[key] += v
+      if int(n_und_h) == 0:
+        continue
+      pchunk = max(1, self.block_elems // w)
+      cap = _pow2(int(n_und_h))
+      cap += (-cap) % pchunk
+      counts, max_k, nan_k = jax.device_get(_newton_group_fn(
+          w, pchunk, cap, dt.name, self.max_iters, self.rtol)(
+              self.rows, self.mask, idx_d, und, n_und, lem, Td, pd, td))
+      for key, v in counts.items():
+        total[key] += v
+      max_norm = np.maximum(max_norm, max_k)
+      nan |= nan_k
+    total["rows"] = np.full(K, sum(idx.size for idx, _ in self.groups), np.int64)
+    total["max_norm"] = np.where(nan, np.nan, max_norm)
+    return total

@@ -1,0 +1,265 @@
+"""Model sources: a model plus its tokenizer, corpus windows and raw attention-logit rows.
+
+- :func:`load_model` gives a :class:`Model` of any family from a spec (``limits.models``):
+  ``"tiny"`` (the project's own small GPT-2 trained on *War and Peace*, shipped in
+  ``limits/assets/tiny/``; the default of every experiment), ``"smollm2"`` (SmolLM2-135M,
+  Llama family), a checkpoint directory or ``.gguf`` file, or a Hugging Face name.
+- :func:`corpus_windows` cuts the tokenized corpus into consecutive non-overlapping L-token
+  windows from the start of the body (AMBIG-6).
+- :func:`model_logit_rows` returns the raw q·k attention logits of every layer, head and query
+  with the causal mask (AMBIG-12: the model's own temperature on this scale is √d_head, 8 for
+  GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources.
+
+AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from limits import data as data_lib
+from limits.errors import check
+
+from limits.models.loading import TINY_DIR  # noqa: E402,F401 (the embedded model's folder)
+
+DEFAULT_MODEL = "tiny"
+
+
+@dataclasses.dataclass
+class Model:
+  """A loaded model of any family (``limits.models``) with its tokenizer.
+
+  Attributes:
+    name: the spec it was loaded from (``"tiny"``, ``"smollm2"``, a name, or the path given).
+    config: the family's config (``limits.models.gpt2.Config`` or ``limits.models.llama.Config``).
+    params: the stacked parameter pytree (``limits.models.load``).
+    tokenizer: a ``limits.models.gpt2.tokenizer.Tokenizer`` (``.encode(text) -> list[int]``).
+    path: the file or directory the weights were read from.
+  """
+  name: str
+  config: Any
+  params: Any
+  tokenizer: Any
+  path: Path
+
+  @property
+  def family(self) -> str:
+    return self.config.family
+
+  @property
+  def native_temperature(self) -> float:
+    """The model's own temperature on the raw q·k scale: √d_head (Gemma 3:
+    √query_pre_attn_scalar, its ``attn_temperature``; equal to √d_head for Gemma 3 270M)."""
+    native = getattr(self.config, "attn_temperature", None)
+    return float(np.sqrt(self.config.d_head) if native is None else native)
+
+  def info(self) -> dict:
+    """A small JSON-able description for results.json."""
+    from limits import models
+
+    c = self.config
+    info = {"name": self.name, "path": str(self.path), "family": c.family,
+            "n_layer": c.n_layer, "n_head": c.n_head, "n_kv_head": c.n_kv_head,
+            "n_embd": c.n_embd, "d_head": c.d_head, "n_positions": c.n_positions,
+            "vocab_size": c.vocab_size}
+    windows = [int(k or 0) for k in models.layer_kinds(c)]
+    if any(windows):  # local (sliding-window) layers: W per layer, 0 = global
+      info["layer_windows"] = windows
+    return info
+
+
+def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
+  """The file or directory a model spec refers to (may download a hub name)."""
+  from limits import models
+
+  return models.locate(spec).path
+
+
+def model_config(spec: str | os.PathLike = DEFAULT_MODEL):
+  """The model's config (reads config.json or the GGUF header only, not the weights)."""
+  from limits import models
+
+  return models.load_config(spec)
+
+
+def load_model(spec: str | os.PathLike = DEFAULT_MODEL) -> Model:
+  """Loads a model and its tokenizer; every failure is a one-line LimitsError.
+
+  Args:
+    spec: see ``limits.models.loading`` (``"tiny"`` by default).
+  """
+  from limits import models
+
+  loc = models.locate(spec)
+  config, params = models.load(loc)
+  tok = models.load_tokenizer(loc)
+  check(tok.vocab_size <= config.vocab_size,
+        f"model {str(spec)!r}: tokenizer has {tok.vocab_size} tokens but the model only "
+        f"{config.vocab_size}")
+  return Model(name=str(spec), config=config, params=params, tokenizer=tok, path=loc.path)
+
+
+# --------------------------------------------------------------------------------------------
+# Corpus tokens.
+
+_TOKEN_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def encode_corpus(model: Model, corpus: data_lib.Corpus) -> np.ndarray:
+  """The whole corpus tokenized with the model's tokenizer, int32 (memoized per model/corpus)."""
+  key = (str(model.path), model.name, model.tokenizer.vocab_size, corpus.sha256)
+  tokens = _TOKEN_CACHE.get(key)
+  if tokens is None:
+    tokens = np.asarray(model.tokenizer.encode(corpus.text), dtype=np.int32)
+    if len(_TOKEN_CACHE) > 8:
+      _TOKEN_CACHE.clear()
+    _TOKEN_CACHE[key] = tokens
+  return tokens
+
+
+def _check_length(model: Model, length) -> int:
+  check(isinstance(length, (int, np.integer)) and not isinstance(length, bool) and length >= 1,
+        f"window length L={length!r} must be a positive integer")
+  check(length <= model.config.n_positions,
+        f"window length L={length} exceeds the context of model {model.name!r} "
+        f"(n_positions={model.config.n_positions})")
+  return int(length)
+
+
+def corpus_windows(model: Model, length: int, windows: int, *,
+                   text: str | os.PathLike | None = None,
+                   data_dir: str | os.PathLike | None = None,
+                   allow_download: bool | None = None) -> np.ndarray:
+  """Consecutive non-overlapping L-token windows from the start of the corpus body (AMBIG-6).
+
+  Args:
+    model: from :func:`load_model`; its tokenizer encodes the corpus.
+    length: L, at most the model's context ``n_positions``.
+    windows: how many windows.
+    text: a text file overriding the corpus (``--text``).
+    data_dir: overrides ``$LIMITS_DATA_DIR`` (``--data_dir``); neither: the embedded corpus;
+      ``"gutenberg"``: the cached Gutenberg download (:func:`limits.data.resolve_corpus`).
+    allow_download: whether ``data_dir="gutenberg"`` may download (None: yes unless
+      LIMITS_ALLOW_DOWNLOAD=0).
+
+  Returns:
+    int32 ``(windows, length)``; window w is tokens ``[w·L, (w+1)·L)`` of the encoded body.
+  """
+  length = _check_length(model, length)
+  check(isinstance(windows, (int, np.integer)) and not isinstance(windows, bool) and windows >= 1,
+        f"number of windows {windows!r} must be a positive integer")
+  corpus = data_lib.resolve_corpus(text=text, data_dir=data_dir, allow_download=allow_download)
+  tokens = encode_corpus(model, corpus)
+  check(tokens.size >= length * windows,
+        f"corpus {str(corpus.path)!r} has {tokens.size} tokens; {windows} windows of L={length} "
+        f"need {length * windows}; use fewer windows or a shorter L")
+  return data_lib.chunk(tokens, length, windows)
+
+
+# --------------------------------------------------------------------------------------------
+# Raw attention logits.
+
+def causal_mask(length: int) -> np.ndarray:
+  """(L, L) bool, True = visible: query t (0-based) sees keys 0..t."""
+  return np.tril(np.ones((length, length), dtype=bool))
+
+
+def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
+                     text: str | os.PathLike | None = None,
+                     data_dir: str | os.PathLike | None = None,
+                     allow_download: bool | None = None):
+  """Raw q·k attention logits of every (window, layer, head, query), with the causal mask.
+
+  Each row is one query's logits ``l_j = q·k_j`` over the L keys of its window, on the raw
+  scale (AMBIG-12: divide by T; the model's own T is √d_head). Masked (future) entries are set
+  to 0 and marked False in ``mask``; query t (0-based) has t+1 visible entries, min(t+1, W) in
+  a local layer with sliding window W (Gemma 3): the effective length is the visible count.
+
+  Returns:
+    rows: float32 ``(R, L)``, R = windows · n_kept_layers · n_head · L, ordered by window, then
+      layer, then head, then query.
+    mask: bool ``(R, L)``, True = visible.
+    meta: dict of int32 ``(R,)`` arrays ``window``, ``layer``, ``head``, ``query``, ``n_visible``,
+      ``attn_window`` (the layer's sliding window W, 0 = global),
+      plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
+      ``native_temperature`` (√d_head).
+  """
+  from limits import models, numerics, records
+
+  tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
+                          allow_download=allow_download)
+  c = model.config
+  kept = _kept_layers(layers, c.n_layer)
+  n_kept, h, l = len(kept), c.n_head, int(length)
+  per_window = n_kept * h * l
+  rows = np.empty((tokens.shape[0] * per_window, l), dtype=np.float32)
+  # Per kept layer: causal, and the sliding window in a local layer (Gemma 3).
+  attn_windows = [int(models.layer_kinds(c)[i] or 0) for i in kept]
+  vis_of = [np.asarray(numerics.attention_mask(l, wn)) for wn in attn_windows]
+  for w in range(tokens.shape[0]):
+    # One layer's (1, H, L, L) scores at a time (iter_layers), written straight into rows.
+    for li, (layer, rec) in enumerate(records.iter_layers(model, tokens[w:w + 1], layers=kept,
+                                                         fields=("scores",))):
+      assert layer == kept[li]
+      start = w * per_window + li * h * l
+      block = rows[start:start + h * l].reshape(h, l, l)
+      block[...] = np.asarray(rec.scores[0], dtype=np.float32)
+      block[:, ~vis_of[li]] = 0.0
+      del rec
+  per_layer = np.stack([np.broadcast_to(v, (h, l, l)) for v in vis_of])  # (n_kept, H, L, L)
+  mask = np.broadcast_to(per_layer, (tokens.shape[0],) + per_layer.shape).reshape(-1, l)
+  grid = np.meshgrid(np.arange(tokens.shape[0]), np.asarray(kept), np.arange(h), np.arange(l),
+                     indexing="ij")
+  window_i, layer_i, head_i, query_i = (g.reshape(-1).astype(np.int32) for g in grid)
+  attn_window = np.asarray(attn_windows, np.int32)[np.searchsorted(kept, layer_i)]
+  n_visible = np.where(attn_window > 0, np.minimum(query_i + 1, attn_window), query_i + 1)
+  meta = {"window": window_i, "layer": layer_i, "head": head_i, "query": query_i,
+          "n_visible": n_visible.astype(np.int32), "attn_window": attn_window,
+          "tokens": tokens, "layers": tuple(kept),
+          "native_temperature": model.native_temperature}
+  return rows, np.ascontiguousarray(mask), meta
+
+
+def iter_model_layers(model: Model, length: int, windows: int, *, layers=None,
+                      normalizer=None, temperature=None,
+                      text: str | os.PathLike | None = None,
+                      data_dir: str | os.PathLike | None = None,
+                      allow_download: bool | None = None):
+  """Yields ``(window, layer, AttnRecord)`` for each corpus window and kept layer, one layer's
+  arrays at a time (``limits.models.iter_layers`` on window ``(1, L)``; shapes ``q, k, v
+  (1, H, L, d_head)``, ``scores, weights (1, H, L, L)``, ``x (1, L, D)``).
+
+  ``normalizer`` / ``temperature`` as in ``limits.models.forward`` (None = the model's softmax
+  at T = √d_head on the raw q·k scale).
+  """
+  from limits import models
+
+  tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
+                          allow_download=allow_download)
+  kept = _kept_layers(layers, model.config.n_layer)
+  for w in range(tokens.shape[0]):
+    for layer, rec in models.iter_layers(model.params, tokens[w:w + 1], model.config,
+                                       normalizer=normalizer, temperature=temperature,
+                                       layers=kept):
+      yield w, layer, rec
+
+
+def _kept_layers(layers, n_layer: int) -> tuple[int, ...]:
+  if layers is None:
+    return tuple(range(n_layer))
+  if isinstance(layers, (int, np.integer)) and not isinstance(layers, bool):
+    layers = (layers,)
+  out = set()
+  for i in layers:
+    check(isinstance(i, (int, np.integer)) and not isinstance(i, bool),
+          f"layer index {i!r} must be an integer")
+    j = int(i) + n_layer if i < 0 else int(i)
+    check(0 <= j < n_layer, f"layer index {i} out of range for n_layer={n_layer}")
+    out.add(j)
+  check(bool(out), "layers is empty; give at least one layer index")
+  return tuple(sorted(out))

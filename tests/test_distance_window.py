@@ -19,6 +19,7 @@ import pytest
 
 from limits import distance
 from limits.distance.kernels import layer_stats_printed
+from limits import selection
 from limits.selection import visible_window
 
 L, W, D = 32, 8, 4
@@ -118,7 +119,7 @@ def test_local_layer_uses_the_window_on_every_path(local_layer, path):
     elif path == "device_4_blocks":
       st = distance.layer_stats(w, x, NS, window=W, blocks=4)
     elif path == "host":
-      st = distance.layer_stats(w, x, NS, window=W, sorted_rows=distance.sort_rows(w, W))
+      st = distance.layer_stats(w, x, NS, window=W, sorted_rows=selection.sort_rows(w, W))
     else:
       st = distance.head_stats(jnp.asarray(w), jnp.asarray(x), jnp.array(NS), n_cap=max(NS),
                                window=W)

@@ -19,6 +19,7 @@ import pytest
 
 from limits.separability import model as sm
 from limits.separability import rows as sr
+from limits import selection
 from limits.selection import visible_window
 
 L, W, D, M = 32, 8, 4, 1.0
@@ -57,7 +58,7 @@ def _reference(w, v, ns, window):
     delta = _window_delta(np.asarray(x), window)
     dl = np.where(np.isfinite(delta), delta, 0.0)
     a, mask = jnp.asarray(w[h]), jnp.asarray(vis)
-    srt = sr.sort_desc(a, mask)
+    srt = selection.sort_desc(a, mask)
     for k, n in enumerate(ns):
       st = sr.row_stats(a, srt, mask, x, n, M, jnp.asarray(dl))
       keep = t_vis > n

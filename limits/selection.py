@@ -107,19 +107,32 @@ class Thresholds(NamedTuple):
   cut: np.ndarray
 
 
-def sort_rows(weights) -> np.ndarray:
+def visible_window(L: int, window: int = 0) -> np.ndarray:
+  """(L, L) bool, True = key visible from query (row): causal, and within the query's last
+  ``window`` keys when window > 0 (a local layer with a sliding window W: query t sees keys
+  t − W + 1 … t, i.e. min(t + 1, W) of them; same rule as ``limits.models.attention_mask``)."""
+  vis = np.tri(L, dtype=bool)  # key <= query
+  if window:
+    vis &= ~np.tri(L, k=-int(window), dtype=bool)  # key > query − W
+  return vis
+
+
+def sort_rows(weights, window: int = 0) -> np.ndarray:
   """(…, L, L) causal weights → (…, L, L) each row's visible weights sorted descending, −inf
-  padded (masked keys). One sort per row serves every N (:func:`thresholds_from_sorted`)."""
+  padded (masked keys). One sort per row serves every N (:func:`thresholds_from_sorted`).
+  ``window`` W > 0: a sliding-window layer, keys outside the query's window are masked."""
   w = np.asarray(weights)
   L = w.shape[-1]
-  vis = np.tri(L, dtype=bool)  # (L, L) key <= query
+  vis = visible_window(L, window)  # (L, L) key <= query (and within the window)
   neg = np.where(vis, -w, np.inf)  # ascending sort of −α = descending α, masked last
   neg.sort(axis=-1)
   return -neg
 
 
-def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Thresholds:
-  """Thresholds (…, L, K) for every N in ``ns`` from rows sorted by :func:`sort_rows`."""
+def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int],
+                           window: int = 0) -> Thresholds:
+  """Thresholds (…, L, K) for every N in ``ns`` from rows sorted by :func:`sort_rows` (with
+  the same ``window``: W > 0 for a sliding-window layer, where query t sees min(t + 1, W) keys)."""
   w = np.asarray(weights)
   L = w.shape[-1]
   ns = [int(n) for n in ns]
@@ -127,7 +140,8 @@ def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Threshold
   nxt = np.stack([sorted_desc[..., n] if n < L else np.full(w.shape[:-1], -np.inf, w.dtype)
                   for n in ns], axis=-1)
   cut = np.full(thr.shape, L, np.int32)
-  t = np.arange(1, L + 1)  # visible keys per query
+  vis_all = visible_window(L, window)
+  t = vis_all.sum(axis=-1)  # visible keys per query: t + 1, or min(t + 1, W)
   counted = t[:, None] > np.asarray(ns)[None, :]  # (L, K)
   straddle = (thr == nxt) & counted  # a tie crosses the N-th place: choose by index
   if straddle.any():
@@ -135,7 +149,7 @@ def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Threshold
     k = idx[-1]
     rows = w[idx[:-1]]  # (R, L) the straddling rows
     q = idx[-2]
-    vis = np.arange(L)[None, :] <= q[:, None]
+    vis = vis_all[q]  # (R, L)
     tr = thr[idx][:, None]
     n_gt = np.sum(vis & (rows > tr), axis=-1)
     need = np.asarray(ns)[k] - n_gt  # >= 1 tied keys to keep, lowest indices first
@@ -144,9 +158,9 @@ def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int]) -> Threshold
   return Thresholds(thr, cut)
 
 
-def thresholds(weights, ns: Sequence[int]) -> Thresholds:
+def thresholds(weights, ns: Sequence[int], window: int = 0) -> Thresholds:
   """Thresholds (…, L, K) of causal rows for every N in ``ns`` (one sort per row)."""
-  return thresholds_from_sorted(weights, sort_rows(weights), ns)
+  return thresholds_from_sorted(weights, sort_rows(weights, window), ns, window)
 
 
 def select_thresholds(a, thr, cut, vis, kpos):

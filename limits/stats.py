@@ -272,3 +272,31 @@ def loglog_slope(xs, ys) -> float:
   ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
   fit = linear_fit(np.log10(x[ok]), np.log10(y[ok]))
   return float("nan") if fit["slope"] is None else fit["slope"]
+
+
+def by_layer_kind(rows, layer_windows, keys, *, by=("L",), stat: str = "mean"):
+  """Per-head rows (each with a ``layer``) split into local (sliding-window) and global layers,
+  each reduced over its heads per value of ``by``: ``{kind: {"layers", "windows", "heads",
+  "rows": [{**by, "heads", f"{key}_{stat}"}]}}`` with kind "local" (window W > 0) and
+  "global" (0); None when every layer is global (``layer_windows`` None or all 0). ``stat``:
+  "mean" or "median" over the kind's heads (NaN ignored). For a claim about growth in L, a
+  local layer's queries see min(t, W) keys, so its trend past W is reported apart from the
+  global layers' (issue 29)."""
+  if not layer_windows or not any(layer_windows):
+    return None
+  reduce = {"mean": np.nanmean, "median": np.nanmedian}[stat]
+  out = {}
+  for kind in ("local", "global"):
+    layers = [i for i, w in enumerate(layer_windows) if (int(w) > 0) == (kind == "local")]
+    sel = [r for r in rows if int(r["layer"]) in layers]
+    groups: dict = {}
+    for r in sel:
+      groups.setdefault(tuple(r[b] for b in by), []).append(r)
+    out[kind] = {
+        "layers": layers, "windows": sorted({int(layer_windows[i]) for i in layers}),
+        "heads": len({(r["layer"], r.get("head")) for r in sel}),
+        "rows": [{**dict(zip(by, g)), "heads": len(rs),
+                  **{f"{k}_{stat}": float(reduce(np.asarray([float(r[k]) for r in rs])))
+                     for k in keys}}
+                 for g, rs in sorted(groups.items())]}
+  return out

@@ -63,6 +63,25 @@ def lemma1_synthetic(a: float, lengths, seed: int) -> dict:
           for name, r in l1.items()}
 
 
+SLOPE_KEYS = (("loglog_slope_median_max_aL", "log10_max_median"),
+              ("loglog_slope_median_min_aL", "log10_min_median"),
+              ("loglog_slope_median_band", "log10_band_upper_median"))
+PER_HEAD_KEYS = {"log10_max_median": "log10_max_aL_last", "log10_min_median": "log10_min_aL_last",
+                 "log10_band_upper_median": "log10_band_upper_last"}
+
+
+def loglog_slopes(summary) -> dict:
+  """Log-log slopes against L of the head medians in ``summary`` rows (``L`` and the
+  :data:`SLOPE_KEYS` columns); two lengths needed."""
+  import numpy as np
+
+  from limits import stats
+
+  ls = np.log10([s["L"] for s in summary])
+  return {name: stats.linear_fit(ls, [s[col] for s in summary])["slope"]
+          for name, col in SLOPE_KEYS}
+
+
 def sink_scores(weights, window=None):
   """Mean attention to token 0 per head, Gu et al.'s importance score of key 0: ``(B, H)``.
 
@@ -110,13 +129,15 @@ def sink_summary(per_head, eps: float = SINK_EPS) -> dict:
                   "t < W in a sliding-window layer), as sail-sg/Attention-Sink"}
 
 
-def measurements(per_head, summary) -> dict:
+def measurements(per_head, summary, layer_windows=None) -> dict:
   """What the claims read besides the tables (no verdicts: limits/claims judges them):
   ``band`` (queries outside the Corollary 1 band, queries checked, the smallest log-space
   margin to a band edge, natural log, >= 0 inside) and ``lemma1_slopes`` (log-log slopes
   against L of the head medians of max α·L, min α·L and the band's upper edge; two lengths
-  needed) and ``sinks`` (:func:`sink_summary`)."""
-  import numpy as np
+  needed) and ``sinks`` (:func:`sink_summary`). With sliding-window layers (``layer_windows``,
+  Gemma 3) also ``by_layer_kind``: per kind (local, global) the head medians per L, the slopes
+  over every L and between consecutive L (a local layer's last query sees min(L, W) keys: its
+  trend past W is not the global layers')."""
 
   from limits import stats
 
@@ -126,14 +147,20 @@ def measurements(per_head, summary) -> dict:
   if per_head and all("sink_score" in r for r in per_head):
     out["sinks"] = sink_summary(per_head)
   if len(summary) >= 2:
-    ls = np.log10([s["L"] for s in summary])
-    out["lemma1_slopes"] = {
-        "loglog_slope_median_max_aL": stats.linear_fit(
-            ls, [s["log10_max_median"] for s in summary])["slope"],
-        "loglog_slope_median_min_aL": stats.linear_fit(
-            ls, [s["log10_min_median"] for s in summary])["slope"],
-        "loglog_slope_median_band": stats.linear_fit(
-            ls, [s["log10_band_upper_median"] for s in summary])["slope"]}
+    out["lemma1_slopes"] = loglog_slopes(summary)
+  split = stats.by_layer_kind(per_head, layer_windows, tuple(PER_HEAD_KEYS.values()),
+                              stat="median")
+  if split is not None:
+    for part in split.values():
+      rows = [{"L": r["L"], "heads": r["heads"],
+               **{col: r[f"{key}_median"] for col, key in PER_HEAD_KEYS.items()}}
+              for r in part["rows"]]
+      part["rows"] = rows
+      if len(rows) >= 2:
+        part["lemma1_slopes"] = loglog_slopes(rows)
+        part["slopes_between"] = [{"L": [a["L"], b["L"]], **loglog_slopes([a, b])}
+                                  for a, b in zip(rows, rows[1:])]
+    out["by_layer_kind"] = split
   return out
 
 
@@ -234,7 +261,8 @@ def run(config: VanishingConfig):
   def flush(final):
     res.write_csv(out_dir / "per_head.csv", per_head) if per_head else None
     res.write_csv(out_dir / "summary.csv", summary) if summary else None
-    results = {**measurements(per_head, summary), "lemma1_synthetic": lemma1,
+    results = {**measurements(per_head, summary, model.info().get("layer_windows")),
+               "lemma1_synthetic": lemma1,
                "lemma1_a": config.lemma1_a, "summary": summary, "complete": final, "timings_s": timings,
                "wall_s": time.perf_counter() - t_start, "model": model.info(),
                "band_source": "log-space, same Δ as limits.bounds.corollary1_band",

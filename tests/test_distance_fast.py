@@ -184,3 +184,26 @@ def test_layer_kernels_make_no_implicit_host_transfer():
       assert sums.shape == (H, 4, len(sm.LAYER_FIELDS))
       with pytest.raises(Exception, match="[Dd]isallowed"):
         df.layer_kernel(w, xj, ns1, kmax=10, printed=True, blocks=1)
+
+
+def test_top_k_size_buckets_and_does_not_change_values():
+  """The device path's static k is a power-of-two bucket (Algorithm 3's scan compiles a few
+  kernels, not one per batch of N); a larger k gives the same bits as k = max N (float64,
+  ties straddling the N-th place)."""
+  from limits.distance.kernels import layer_kernel, top_k_size
+
+  assert [top_k_size(n, 256) for n in (1, 8, 9, 16, 17, 128)] == [8, 8, 16, 16, 32, 128]
+  assert top_k_size(100, 64) == 64 and top_k_size(3, 4) == 4
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(5)
+    w = _causal_weights(rng, 1, 2, 40)
+    w[0, 0, 30, 4:9] = w[0, 0, 30, 3]  # a tie across N = 3 and 5
+    x = rng.normal(size=(1, 2, 40, 3))
+    ns = jnp.array([3, 5, 9], jnp.int32)
+    args = (jnp.asarray(w[0]), jnp.asarray(x[0]), ns)
+    exact, _ = layer_kernel(*args, kmax=9, printed=False)
+    bucket, _ = layer_kernel(*args, kmax=top_k_size(9, 40), printed=False)
+    assert top_k_size(9, 40) == 16
+    for f in distance.HeadStats._fields:
+      np.testing.assert_array_equal(np.asarray(getattr(bucket, f)),
+                                    np.asarray(getattr(exact, f)), err_msg=f)

@@ -90,11 +90,37 @@ def _n_fit(rows) -> float:
   return 5.0 if 5.0 in ns else ns[0]
 
 
+def kinds_text(s: Mapping[str, Any], measure) -> str:
+  """"; local layers (W = …): … ; global layers: …" from ``s["by_layer_kind"]`` (models with
+  sliding-window layers, Gemma 3), ``measure(part) -> text`` on each kind's entry (its
+  ``rows`` of head means or medians per L);
+  "" for models without such layers. The verdict stays the one over all heads: the split is
+  reported beside it (a local layer's query sees min(t, W) keys, issue 29)."""
+  split = s.get("by_layer_kind")
+  if not isinstance(split, Mapping):
+    return ""
+  parts = []
+  for kind in ("local", "global"):
+    part = split.get(kind) or {}
+    if not part.get("rows"):
+      continue
+    w = part.get("windows") or []
+    label = f"local layers (W = {', '.join(map(str, w))})" if kind == "local" else "global layers"
+    try:
+      parts.append(f"{label}, {part.get('heads')} heads: {measure(part)}")
+    except Missing as e:
+      parts.append(f"{label}: missing {e}")
+  return "; " + "; ".join(parts) if parts else ""
+
+
 def _linear_verdict(s, series) -> Verdict:
-  """:func:`linear_in_l` on ``series(rows, N)`` (the (L, y) pairs at the fitted N)."""
+  """:func:`linear_in_l` on ``series(rows, N)`` (the (L, y) pairs at the fitted N), with the
+  local/global split beside it (:func:`kinds_text`)."""
   rows = _rows(s)
   ok, text = linear_in_l(*series(rows, _n_fit(rows)))
-  return Verdict(HOLDS if ok else FAILS, text, sample=_sample_distance(s))
+  split = kinds_text(s, lambda part: linear_in_l(*series(part["rows"],
+                                                        _n_fit(part["rows"])))[1])
+  return Verdict(HOLDS if ok else FAILS, text + split, sample=_sample_distance(s))
 
 
 def judge_fig2a_true(s, r) -> Verdict:

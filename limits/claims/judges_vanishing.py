@@ -33,12 +33,27 @@ def judge_lemma1_bounded(s, r) -> Verdict:
                  sample=f"{checked:,} rows" if checked else "")
 
 
+def _kind_slopes(part) -> str:
+  """Slopes of one layer kind (local / global) of max and min α·n_t (n_t = the last query's
+  visible keys) between consecutive lengths."""
+  between = ", ".join(
+      f"{b['L'][0]}→{b['L'][1]}: max {fmt(num(b['loglog_slope_median_max_aL']))}, "
+      f"min {fmt(num(b['loglog_slope_median_min_aL']))}"
+      for b in part.get("slopes_between") or [])
+  if not between:
+    raise Missing("by_layer_kind slopes (two lengths)")
+  return f"log-log slopes of the median max/min α·n_t, {between}"
+
+
 def judge_lemma1_model(s, r) -> Verdict:
   """Lemma 1 on the model ("weights vanish as Θ(1/L)"). The lemma assumes logits bounded by a
   fixed a; a model's logit range changes with L, so the hypothesis is not met and the claim is
   not testable there. The slopes of α·L against L are reported for the reader."""
+  from limits.claims.judges_distance import kinds_text
+
   slopes = need(s, "lemma1_slopes")
   shown = ", ".join(f"{k}: {fmt(num(v))}" for k, v in slopes.items())
+  shown += kinds_text(s, _kind_slopes)
   return Verdict(NOT_TESTABLE, shown, reason="Lemma 1 assumes logits bounded by a fixed a; a "
                  "model's logit range changes with L")
 

@@ -83,6 +83,8 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       out["lemma1"] = results["lemma1_synthetic"]
     if isinstance(results.get("lemma1_slopes"), Mapping):
       out["lemma1_slopes"] = results["lemma1_slopes"]
+    if isinstance(results.get("by_layer_kind"), Mapping):
+      out["by_layer_kind"] = results["by_layer_kind"]
     if isinstance(results.get("sinks"), Mapping):
       out["sinks"] = results["sinks"]
   elif step.startswith("distance"):
@@ -94,6 +96,8 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
       out["critical"] = results["critical_n"]
     if isinstance(results.get("critical_scan"), Mapping):
       out["critical_scan"] = results["critical_scan"]
+    if isinstance(results.get("by_layer_kind"), Mapping):
+      out["by_layer_kind"] = results["by_layer_kind"]
   elif step.startswith("separability"):
     summary = results.get("summary")
     if isinstance(summary, Mapping):

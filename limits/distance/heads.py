@@ -57,9 +57,11 @@ def _batch_sizes(L, n_cap, bound, d, budget=1 << 23):
   return q
 
 
-@functools.partial(jax.jit, static_argnames=("n_cap", "inclusion", "bound", "query_batch"))
+@functools.partial(jax.jit, static_argnames=("n_cap", "inclusion", "bound", "query_batch",
+                                             "window"))
 def head_stats(weights, x, ns, *, n_cap: int, inclusion: str = "n_over_l_minus_1",
-               bound: bool = True, valid_length=None, query_batch: int | None = None):
+               bound: bool = True, valid_length=None, query_batch: int | None = None,
+               window: int = 0):
   """Per-head Theorem 1 statistics for one layer, every query with its causal prefix.
 
   Args:
@@ -70,6 +72,8 @@ def head_stats(weights, x, ns, *, n_cap: int, inclusion: str = "n_over_l_minus_1
     valid_length: optional (B,) int number of real tokens per window (keys/queries beyond it
       are ignored); default all L.
     query_batch: queries per vmapped batch (memory vs speed); default from a size budget.
+    window: static sliding window W > 0 of a local layer (query t sees keys t − W + 1 … t:
+      the effective length min(t + 1, W)); 0 = global (causal).
   Returns:
     HeadStats with fields (B, H, K), summed over queries (see :func:`reduce_windows`).
   """
@@ -89,6 +93,8 @@ def head_stats(weights, x, ns, *, n_cap: int, inclusion: str = "n_over_l_minus_1
     def per_row(rargs):
       row, tq = rargs
       mask = (pos <= tq) & (pos < n_valid) & (tq < n_valid)
+      if window:
+        mask = mask & (pos > tq - window)
       return row_stats(row, xh, ns, n_cap, mask, inclusion=inclusion, bound=bound)
 
     rows = lax.map(per_row, (w, pos), batch_size=qb)  # fields (L, K)

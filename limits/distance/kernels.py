@@ -24,6 +24,13 @@ p = N/L are folded into the same kernel on request (:func:`layer_stats_printed`:
 s_all, c_all and causal blocks). Same semantics as ``head_stats`` (causal prefix, ties to the
 lower index, t <= N skipped); tests/test_distance_fast.py checks it against ``head_stats``
 (1e-12 relative, float64, ties included) and the printed E against :mod:`limits.distance.printed`.
+
+Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees only its last
+min(t + 1, W) keys. Keys outside the window have weight exactly 0 and are not tokens of the
+row: they are neither selected nor non-selected, and every length in the formulas (t in
+p = N/(t − 1), (t − N)/t, the counted rows t > N, x̄ of the printed E) is the effective length
+min(t + 1, W). tests/test_distance_window.py checks every quantity against the row cut to its
+window.
 """
 
 from __future__ import annotations
@@ -49,8 +56,16 @@ PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
 TOPK_MAX = 128
 
 
+def block_visible(lo: int, R: int, C: int, window: int = 0):
+  """(R, C) bool: key j visible from query lo + r (causal, and j > query − W when W > 0)."""
+  kpos = jnp.arange(C)[None, :]
+  qpos = (lo + jnp.arange(R))[:, None]
+  vis = kpos <= qpos
+  return vis & (kpos > qpos - window) if window else vis
+
+
 def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
-                row_block: int, top_idx=None, printed: bool = False):
+                row_block: int, top_idx=None, printed: bool = False, window: int = 0):
   """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form), and
   with ``printed`` the per-row printed E (both x̄ readings) and the E with p = N/L, (R, K, 3).
 
@@ -59,15 +74,14 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   (k traced); ns: (K,); cap: static upper bound of the N values (the size of the d_1 gather).
   top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1 from
   the prefix maxima, :func:`_d1_sq_prefix`). The per-N body is traced once and looped over the
-  K values of N (``lax.map``): its compile time does not grow with K.
+  K values of N (``lax.map``): its compile time does not grow with K. window: static W > 0 for
+  a sliding-window layer (0 = global).
   """
   R, C = a.shape
   dt = a.dtype
-  kpos = jnp.arange(C)
-  qpos = lo + jnp.arange(R)
-  vis = kpos[None, :] <= qpos[:, None]  # (R, C)
+  vis = block_visible(lo, R, C, window)  # (R, C)
   a = jnp.where(vis, a, 0.0)
-  t = (qpos + 1).astype(dt)  # (R,) visible keys per query
+  t = jnp.sum(vis, axis=-1).astype(dt)  # (R,) visible keys per query: min(t + 1, W)
   n2 = jnp.sum(x * x, axis=-1)  # (C,)
   w2 = a * a * n2[None, :]  # (R, C) α_i²‖x_i‖²
   m = jnp.sum(a, axis=-1)  # (R,) row mass
@@ -83,7 +97,10 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
     if top_idx is not None:
       P, I = (v[lo:] for v in prefix_maxima(dist2))  # (R, C) each
   if printed:  # limits.distance.printed.head_expectations, on the same s, c and causal block
-    xm = jnp.cumsum(x, axis=0)[lo:] / t[:, None]  # (R, d) prefix mean per query
+    if window:  # the mean of the query's window
+      xm = (vis.astype(dt) @ x) / t[:, None]  # (R, d)
+    else:
+      xm = jnp.cumsum(x, axis=0)[lo:] / t[:, None]  # (R, d) prefix mean per query
     c_mean = xm @ x.T  # (R, C) ⟨x_i, x̄_t⟩
     q_mean = jnp.sum(xm * xm, axis=-1)
 
@@ -195,7 +212,9 @@ def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
   in_n = jnp.take_along_axis(sel, idx, -1)  # (R, k) the selected keys among them
   pj = jnp.where(in_n, jnp.take_along_axis(P, idx, -1), -jnp.inf)  # (R, k)
   arg = jnp.take_along_axis(I, idx, -1)  # (R, k) farthest visible key from each selected
-  ok = in_n & ~jnp.take_along_axis(sel, arg, -1)
+  # admissible: the farthest key is visible and not selected (with a sliding window the
+  # prefix maximum may sit before the window: then the row takes the gather below)
+  ok = in_n & jnp.take_along_axis(rest, arg, -1)
   upper = jnp.max(pj, axis=-1)
   exact = jnp.max(jnp.where(ok, pj, -jnp.inf), axis=-1)
   has_rest = jnp.any(rest, axis=-1)
@@ -240,9 +259,9 @@ def _reduce(parts, printed: bool):
 
 
 @functools.partial(jax.jit, static_argnames=("cap", "inclusion", "bound", "row_block",
-                                             "blocks", "printed"))
+                                             "blocks", "printed", "window"))
 def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: bool,
-                  row_block: int, blocks: int, printed: bool = False):
+                  row_block: int, blocks: int, printed: bool = False, window: int = 0):
   """Host-threshold path: HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d),
   thr/cut (G, L, K) from :func:`thresholds_from_sorted` (any N up to L); cap (static) bounds
   the N values (the d_1 gather size)."""
@@ -254,22 +273,24 @@ def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: 
     for lo, hi in causal_blocks(L, blocks):
       ab = a[lo:hi, :hi]
       kpos = jnp.arange(hi)
-      vis = kpos[None, :] <= (lo + jnp.arange(hi - lo))[:, None]
+      vis = block_visible(lo, hi - lo, hi, window)
       av = jnp.where(vis, ab, 0.0)
       tb, cb = th[lo:hi], ct[lo:hi]  # (R, K)
       select = lambda k, av=av, vis=vis, kpos=kpos, tb=tb, cb=cb: select_thresholds(
           av, tb[:, k], cb[:, k], vis, kpos)
       parts.append(_block_rows(ab, xh[:hi], select, ns, lo, cap=cap, inclusion=inclusion,
-                               bound=bound, row_block=row_block, printed=printed))
+                               bound=bound, row_block=row_block, printed=printed,
+                               window=window))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x, thr, cut))
 
 
 @functools.partial(jax.jit, static_argnames=("kmax", "inclusion", "bound", "blocks",
-                                             "printed", "dtype"))
+                                             "printed", "dtype", "window"))
 def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_1",
-                 bound: bool = True, blocks: int = 4, printed: bool = False, dtype=None):
+                 bound: bool = True, blocks: int = 4, printed: bool = False, dtype=None,
+                 window: int = 0):
   """Device path, everything under jit: (HeadStats (G, K), printed sums (G, K, 3) or None).
 
   weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
@@ -279,6 +300,7 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   ``dtype`` (static, default x's) is the compute dtype: float32 weights (model records) are
   selected as they are and cast after, so no float64 tie fallback is compiled for them
   (:func:`limits.selection.top_k_rows`: a float32 row needs none).
+  window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
   """
   L = weights.shape[-1]
   dtype = x.dtype if dtype is None else jnp.dtype(dtype)
@@ -289,13 +311,13 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
     parts = []
     for lo, hi in causal_blocks(L, blocks):
       ab = a[lo:hi, :hi]
-      vis = jnp.arange(hi)[None, :] <= (lo + jnp.arange(hi - lo))[:, None]
+      vis = block_visible(lo, hi - lo, hi, window)
       idx = top_k_rows(jnp.where(vis, ab, 0.0), vis, min(kmax + 1, hi), ns)  # (R, k)
       rank = ranks_from_top(idx, hi)
       select = lambda k, vis=vis, rank=rank: vis & (rank < ns[k])
       parts.append(_block_rows(ab.astype(dtype), xh[:hi], select, ns, lo, cap=kmax,
                                inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
-                               printed=printed))
+                               printed=printed, window=window))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x))
@@ -333,25 +355,45 @@ def _device_arrays(weights, x, dtype):
   return w.reshape(B * H, L, L), x.reshape(B * H, L, x.shape[-1]), (B, H, L), compute
 
 
-def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed):
+def top_k_size(n_max: int, L: int) -> int:
+  """The static top-k size of the device path for a largest N of ``n_max``: the next power of
+  two (at least 8), at most L. A larger k selects the same first N keys (values unchanged), and
+  Algorithm 3's ascending scan, whose batches of N all have another maximum, then compiles
+  the layer kernel about log2(128 / 8) + 1 = 5 times instead of once per batch (~36 s each
+  at L = 256, 4 heads of 256 dimensions, loaded machine; 0.16 s per call once compiled)."""
+  return int(min(max(8, 1 << (int(n_max) - 1).bit_length()), L))
+
+
+def check_window(window) -> int:
+  """A layer's sliding window as a static int: W > 0 local, 0 (or None) global."""
+  w = 0 if window is None else int(window)
+  if w < 0:
+    raise LimitsError(f"sliding window {window} must be a positive number of keys, or 0 / None "
+                      "for a global layer")
+  return w
+
+
+def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed, window=0):
   check_inclusion(inclusion)
+  window = check_window(window)
   ns = [int(n) for n in ns]
   if not ns or min(ns) < 1:
     raise LimitsError(f"top-N sizes {ns} must be positive integers")
   nsj = jax.device_put(np.asarray(ns, np.int32))
   if sorted_rows is None and max(ns) <= TOPK_MAX:  # device path: no host round trip
     wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
-    out = layer_kernel(wj, xj, nsj, kmax=min(max(ns), L), inclusion=inclusion, bound=bound,
+    out = layer_kernel(wj, xj, nsj, kmax=top_k_size(max(ns), L), inclusion=inclusion,
+                       bound=bound,
                        blocks=default_blocks(L) if blocks is None else int(blocks),
-                       printed=printed, dtype=compute.name)
+                       printed=printed, dtype=compute.name, window=window)
   else:
     w, x, ns = _prepare(weights, x, ns, dtype)
     B, H, L, _ = w.shape
     d = x.shape[-1]
     blocks = default_blocks(L) if blocks is None else int(blocks)
     wj, xj = jax.device_put(w.reshape(B * H, L, L)), jax.device_put(x.reshape(B * H, L, d))
-    srt = sort_rows(w) if sorted_rows is None else sorted_rows
-    th = thresholds_from_sorted(w, srt, ns)
+    srt = sort_rows(w, window) if sorted_rows is None else sorted_rows
+    th = thresholds_from_sorted(w, srt, ns, window)
     # The d_1 gather size is static: the largest N when the bound is computed; without the
     # bound nothing depends on it, so one compile serves every N.
     cap = max(1, min(max(ns), L)) if bound else 1
@@ -359,14 +401,14 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
                         jax.device_put(th.cut.reshape(B * H, L, -1)), nsj,
                         cap=cap, inclusion=inclusion, bound=bound,
                         row_block=max(1, min(L, (1 << 21) // max(cap * L, 1))),
-                        blocks=blocks, printed=printed)
+                        blocks=blocks, printed=printed, window=window)
   out = jax.device_get(out)
   return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)
 
 
 def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                 bound: bool = True, dtype=None, sorted_rows=None,
-                blocks: int | None = None) -> HeadStats:
+                blocks: int | None = None, window: int | None = 0) -> HeadStats:
   """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
 
   Args:
@@ -375,26 +417,32 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
     ns: top-N sizes (each < L is counted only for queries with t > N).
     bound: also d_1, R_N, d_max (the verification of Eq. 9).
     dtype: compute dtype (float64 where a bound is verified; float32 suffices for KS).
-    sorted_rows: rows already sorted by :func:`sort_rows` (reused between calls): selects the
+    sorted_rows: rows already sorted by :func:`sort_rows` with the same ``window`` (reused
+      between calls): selects the
       host-threshold path, as does max(ns) > :data:`TOPK_MAX`; else the device path
       (:func:`layer_kernel`).
     blocks: causal query blocks (:func:`causal_blocks`); default :func:`default_blocks` (L).
       The values do not depend on it (tests check 1 and 4 blocks against the row path).
+    window: the layer's sliding window (the record's ``window``): W > 0 for a local layer,
+      where each query's effective length is min(t + 1, W) and keys outside the window are not
+      tokens of the row; 0 or None for a global (causal) layer.
   Returns:
     HeadStats with fields (B, H, K) (NumPy arrays).
   """
   st, _ = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-               sorted_rows=sorted_rows, blocks=blocks, printed=False)
+               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window)
   return st
 
 
 def layer_stats_printed(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
-                        bound: bool = True, dtype=None, blocks: int | None = None):
+                        bound: bool = True, dtype=None, blocks: int | None = None,
+                        window: int | None = 0):
   """:func:`layer_stats` and, from the same kernel (shared s, c and causal blocks), the token
   averages of the printed E and of the E with p = N/L (:func:`limits.distance.printed.head_expectations`
-  averaged over counted queries): ``(HeadStats (B, H, K), {name in PRINTED: (B, H, K)})``."""
+  averaged over counted queries): ``(HeadStats (B, H, K), {name in PRINTED: (B, H, K)})``.
+  ``window``: as in :func:`layer_stats` (x̄ is then the mean of the query's window)."""
   st, sums = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-                  sorted_rows=None, blocks=blocks, printed=True)
+                  sorted_rows=None, blocks=blocks, printed=True, window=window)
   cnt = st.count.astype(np.float64)
   means = {name: np.where(cnt > 0, sums[..., i] / np.maximum(cnt, 1), np.nan)
            for i, name in enumerate(PRINTED)}

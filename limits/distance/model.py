@@ -109,8 +109,9 @@ class ModelEvaluator:
     self.layer_source = layer_source
 
   def _layers(self, tok, dtype, *, cast_weights: bool = True):
-    """Yields (weights (1, H, L, L), x) as device arrays of ``dtype`` for each layer (the layer
-    kernel reads them where they are: no host round trip). ``cast_weights=False`` keeps the
+    """Yields (weights (1, H, L, L), x, window) for each layer: device arrays of ``dtype`` (the
+    layer kernel reads them where they are: no host round trip) and the layer's sliding window
+    (W > 0 in a local layer, else 0: the record's ``window``). ``cast_weights=False`` keeps the
     weights in the record's dtype (float32: the layer kernel selects on them exactly and casts
     after, :func:`limits.distance.kernels.layer_kernel`)."""
     from limits import models
@@ -120,8 +121,9 @@ class ModelEvaluator:
               else self.layer_source(tok))
     for _, rec in layers:
       x = record_vectors(rec, self.vectors, emb)
+      window = int(getattr(rec, "window", None) or 0)
       wts = jnp.asarray(rec.weights)
-      yield (wts.astype(dtype) if cast_weights else wts), jnp.asarray(x).astype(dtype)
+      yield (wts.astype(dtype) if cast_weights else wts), jnp.asarray(x).astype(dtype), window
       del rec
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
@@ -140,13 +142,14 @@ class ModelEvaluator:
     total = None
     for w in range(tokens.shape[0]):
       layers = []
-      for wts, x in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
+      for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
         if folded:
           hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                          dtype=dtype)
+                                          dtype=dtype, window=win)
           layer_hook.add(w, {k: v[0] for k, v in means.items()})
         else:
-          hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype)
+          hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype,
+                           window=win)
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)
@@ -176,7 +179,8 @@ class ModelEvaluator:
     return self._ks_from_stats(st, len(ns), form)
 
   def _build_cache(self, tokens):
-    """[(window, [(weights, x, sorted rows) per layer])] in ks_dtype, or None if too large."""
+    """[(window, [(weights, x, sorted rows, sliding window) per layer])] in ks_dtype, or None
+    if too large."""
     tokens = jnp.asarray(tokens, jnp.int32)
     W, L = tokens.shape
     c = self.config
@@ -184,15 +188,17 @@ class ModelEvaluator:
     per_layer = c.n_head * L * (2 * L + d) * self.ks_dtype.itemsize
     if W * c.n_layer * per_layer > self.cache_bytes:
       return None
-    return [[(wts, x, sort_rows(wts)) for wts, x in self._layers(tokens[w:w + 1], self.ks_dtype)]
+    return [[(wts, x, sort_rows(wts, win), win)
+             for wts, x, win in self._layers(tokens[w:w + 1], self.ks_dtype)]
             for w in range(W)]
 
   def _cached_stats(self, cache, ns):
     total = None
     for layers in cache:
       parts = [jax.tree.map(lambda v: v[0], layer_stats(wts, x, ns, inclusion=self.inclusion,
-                                                        bound=False, sorted_rows=srt))
-               for wts, x, srt in layers]
+                                                        bound=False, sorted_rows=srt,
+                                                        window=win))
+               for wts, x, srt, win in layers]
       st = concat_heads(parts)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

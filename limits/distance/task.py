@@ -229,8 +229,9 @@ def run(config: DistanceConfig):
   """
   import numpy as np
 
-  from limits import records
+  from limits import records, stats
   from limits.distance import model as distance_model
+  from limits.distance.kernels import PRINTED
   from limits.records import sources
   from limits.runs import resume
   from limits.runs import results as res
@@ -275,6 +276,12 @@ def run(config: DistanceConfig):
                     "critical_n": state.get("critical"), "ks": state.get("ks")})
     if state.get("critical_scan") is not None:
       results["critical_scan"] = state["critical_scan"]
+    # Sliding-window layers (Gemma 3): head means per (L, N) of local and global layers apart.
+    keys = [k for k in distance_model.FIELDS + PRINTED if per_head_rows and k in per_head_rows[0]]
+    split = stats.by_layer_kind(per_head_rows, model.info().get("layer_windows"), keys,
+                                by=("L", "N"))
+    if split is not None:
+      results["by_layer_kind"] = split
     results[resume.BLOCK] = state["units"].block(final)
     res.write_results(out_dir, EXPERIMENT, record, results, seed=config.seed)
 

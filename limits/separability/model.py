@@ -8,6 +8,13 @@ see; off by default, see :func:`layer_sums`), and
 Theorem 2's ξ_i and bounds over the <= N selected weights in sorted order (prefix sums over N,
 not L). :func:`layer_sums_reference` is the previous path (every row sorted, selection and
 bounds over whole rows); tests/test_separability.py checks the two agree (float64, ties).
+
+Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees its last
+min(t + 1, W) keys; keys before the window (weight exactly 0) are not tokens of the row: not
+non-selected (r is the minimum over the window's non-selected keys), not in the kept rows'
+length (t > N counts min(t + 1, W)), and delta (Assumption 2) is the minimum pairwise distance
+within the window (:func:`limits.separability.rows.window_min_pairwise_distance`).
+tests/test_separability_window.py checks both paths against the rows cut to their windows.
 """
 
 from __future__ import annotations
@@ -18,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.distance.kernels import causal_blocks
-from limits.selection import ranks_from_top, sort_desc, sort_rows, top_k_rows
-from limits.separability.rows import (_bounds_from_selected, prefix_min_pairwise_distance,
-                                      row_stats)
+from limits.distance.kernels import block_visible, causal_blocks, check_window
+from limits.selection import ranks_from_top, sort_desc, sort_rows, top_k_rows, visible_window
+from limits.separability.rows import (_bounds_from_selected, row_stats,
+                                      window_min_pairwise_distance)
 
 LAYER_FIELDS = ("frac", "lower", "lower_raw", "upper", "r", "delta", "upper_printed", "count")
 
@@ -32,7 +39,7 @@ def normalize_to_sphere(v, M):
   return jnp.asarray(M, v.dtype) * v / jnp.where(norm > 0, norm, 1)
 
 
-def _head_sums(weights, v, ns, M, rule, srt=None):
+def _head_sums(weights, v, ns, M, rule, srt=None, window: int = 0):
   """One head, reference path: sums over queries with more than n visible keys (AMBIG-8),
   (K, len(LAYER_FIELDS)).
 
@@ -41,16 +48,17 @@ def _head_sums(weights, v, ns, M, rule, srt=None):
   (:func:`sort_rows_host`); else sorted here.
   """
   L = weights.shape[-1]
-  visible = jnp.tril(jnp.ones((L, L), bool))                 # causal prefix of each query
+  visible = jnp.asarray(visible_window(L, window))           # causal prefix (or window)
   x = normalize_to_sphere(v, M)                              # (L, d)
   if srt is None:
     srt = sort_desc(weights, visible)                        # (L, L)
-  delta = prefix_min_pairwise_distance(x)                    # (L,) delta of query t's prefix
+  delta = window_min_pairwise_distance(x, window)            # (L,) delta of query t's keys
   dl = jnp.where(jnp.isfinite(delta), delta, 0)
+  t_vis = jnp.sum(visible, axis=-1)                          # t + 1 or min(t + 1, W)
 
   def one(n):
     st = row_stats(weights, srt, visible, x, n, M, dl, rule=rule)
-    keep = jnp.arange(1, L + 1) > n                          # t = query index + 1 visible keys
+    keep = t_vis > n
     z = lambda a: jnp.sum(jnp.where(keep, a, 0))
     return jnp.stack([z(st.frac), z(st.lower), z(st.lower_raw), z(st.upper), z(st.r), z(dl),
                       z(st.upper_printed), jnp.sum(keep).astype(weights.dtype)])
@@ -58,33 +66,35 @@ def _head_sums(weights, v, ns, M, rule, srt=None):
   return jax.lax.map(one, ns)
 
 
-def sort_rows_host(weights):
+def sort_rows_host(weights, window: int = 0):
   """(…, L, L) causal rows sorted descending on the host, masked keys −inf last: the same
   array as ``sort_desc(weights, tril)``; NumPy's sort is ~20× XLA's on CPU, and the one sort
-  per row serves every N (:func:`limits.selection.sort_rows`)."""
-  return sort_rows(weights)
+  per row serves every N (:func:`limits.selection.sort_rows`; ``window`` as there)."""
+  return sort_rows(weights, window)
 
 
-@functools.partial(jax.jit, static_argnames=("rule",))
-def layer_sums_reference(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None):
+@functools.partial(jax.jit, static_argnames=("rule", "window"))
+def layer_sums_reference(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
+                         window: int = 0):
   """The previous per-layer path (same arguments and result as :func:`layer_sums`): each row
-  sorted (or ``sorted_rows`` from :func:`sort_rows_host`), I_N by a cumsum over the row, the
-  bounds over whole rows. Kept as the reference of tests and benchmarks."""
+  sorted (or ``sorted_rows`` from :func:`sort_rows_host` with the same ``window``), I_N by a
+  cumsum over the row, the bounds over whole rows. Kept as the reference of tests and
+  benchmarks."""
   ns = jnp.atleast_1d(jnp.asarray(ns, jnp.int32))
   if sorted_rows is None:
-    return jax.lax.map(lambda wv: _head_sums(wv[0], wv[1], ns, M, rule), (weights, v))
-  return jax.lax.map(lambda a: _head_sums(a[0], a[1], ns, M, rule, a[2]),
+    return jax.lax.map(lambda wv: _head_sums(wv[0], wv[1], ns, M, rule, window=window),
+                       (weights, v))
+  return jax.lax.map(lambda a: _head_sums(a[0], a[1], ns, M, rule, a[2], window=window),
                      (weights, v, sorted_rows))
 
 
-def _block_sums(a, x, dl, ns, M, lo, *, kmax: int, rule: str):
+def _block_sums(a, x, dl, ns, M, lo, *, kmax: int, rule: str, window: int = 0):
   """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
-  C = lo + R keys they can see, x (C, d) on the sphere, dl (R,) their deltas, ns (K,) traced."""
+  C = lo + R keys they can see, x (C, d) on the sphere, dl (R,) their deltas, ns (K,) traced;
+  window: static W > 0 in a sliding-window layer."""
   R, C = a.shape
   dt = a.dtype
-  kpos = jnp.arange(C)
-  qpos = lo + jnp.arange(R)
-  vis = kpos[None, :] <= qpos[:, None]                       # (R, C) causal prefix
+  vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   a = jnp.where(vis, a, 0)
   k = min(kmax + 1, C)
   idx = top_k_rows(a, vis, k, ns)                            # (R, k) selection order
@@ -92,7 +102,7 @@ def _block_sums(a, x, dl, ns, M, lo, *, kmax: int, rule: str):
   a_top = jnp.take_along_axis(a, idx, axis=-1)               # (R, k) weights, sorted
   vis_top = jnp.take_along_axis(vis, idx, axis=-1)
   xx = jnp.sum(x * x, axis=-1)                               # (C,)
-  keep_t = (qpos + 1).astype(dt)                             # visible keys per query
+  keep_t = jnp.sum(vis, axis=-1).astype(dt)                  # visible keys per query
 
   def one(n):
     sel = vis & (rank < n)                                   # (R, C) I_N
@@ -122,23 +132,24 @@ def _block_sums(a, x, dl, ns, M, lo, *, kmax: int, rule: str):
   return jax.lax.map(one, ns)
 
 
-@functools.partial(jax.jit, static_argnames=("kmax", "rule", "blocks"))
-def _layer_kernel(weights, v, ns, M, *, kmax: int, rule: str, blocks: int):
+@functools.partial(jax.jit, static_argnames=("kmax", "rule", "blocks", "window"))
+def _layer_kernel(weights, v, ns, M, *, kmax: int, rule: str, blocks: int, window: int = 0):
   L = weights.shape[-1]
 
   def head(args):
     w, vh = args
     x = normalize_to_sphere(vh, M)                           # (L, d)
-    delta = prefix_min_pairwise_distance(x)                  # (L,) delta of each prefix
+    delta = window_min_pairwise_distance(x, window)          # (L,) delta of each query's keys
     dl = jnp.where(jnp.isfinite(delta), delta, 0)
-    return sum(_block_sums(w[lo:hi, :hi], x[:hi], dl[lo:hi], ns, M, lo, kmax=kmax, rule=rule)
+    return sum(_block_sums(w[lo:hi, :hi], x[:hi], dl[lo:hi], ns, M, lo, kmax=kmax, rule=rule,
+                           window=window)
                for lo, hi in causal_blocks(L, blocks))
 
   return jax.lax.map(head, (weights, v))
 
 
 def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
-               blocks: int | None = None):
+               blocks: int | None = None, window: int | None = 0):
   """Sums for every head of one layer and every n: (H, K, F), on the device.
 
   Args:
@@ -152,6 +163,8 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
       with 4 blocks the products' rounding differs, ~1e-16 relative, which decides a few
       distance ties ‖α_i x_i − s‖ = r differently on the embedded model: N_s sums differ by
       ~1e-3 relative).
+    window: the layer's sliding window (the record's ``window``): W > 0 for a local layer
+      (each query's last min(t + 1, W) keys), 0 or None for a global one.
 
   F = len(LAYER_FIELDS): sums over the kept queries (t > n) of N_s/N, clipped and raw lower
   bound, upper bound, r, delta, the printed upper bound and the number of kept queries. Heads
@@ -162,4 +175,5 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
   ns_host = np.asarray(jax.device_get(ns)).reshape(-1).astype(np.int32)
   L = weights.shape[-1]
   return _layer_kernel(weights, v, jax.device_put(ns_host), M, kmax=int(min(max(ns_host.max(), 1), L)),
-                       rule=rule, blocks=1 if blocks is None else int(blocks))
+                       rule=rule, blocks=1 if blocks is None else int(blocks),
+                       window=check_window(window))

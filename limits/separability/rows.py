@@ -138,6 +138,28 @@ def prefix_min_pairwise_distance(x):
   return jnp.sqrt(jax.lax.cummin(m, axis=m.ndim - 1))
 
 
+@functools.partial(jax.jit, static_argnames=("window",))
+def window_min_pairwise_distance(x, window: int = 0):
+  """delta_t for every query's window: (L,) with entry t = min distance among x_{t−W+1}..x_t
+  (a local layer with sliding window W; W = 0: the causal prefix, as
+  :func:`prefix_min_pairwise_distance`). +inf where the window holds one token; duplicates
+  excluded as in ``min_pairwise_distance``.
+
+  A pair (i, j), j < i, lies in query t's window iff i <= t and j > t − W; with
+  P[t, j] = min_{j < i <= t} ‖x_i − x_j‖² (a cumulative min over i), delta_t² is the min of
+  P[t, j] over j > t − W. x (L, d); O(L²) memory.
+  """
+  if not window:
+    return prefix_min_pairwise_distance(x)
+  L = x.shape[-2]
+  d2, dup = _pairwise_sq(x)
+  lower = jnp.tril(jnp.ones((L, L), bool), k=-1)            # (i, j) with j < i
+  P = jax.lax.cummin(jnp.where(lower & ~dup, d2, jnp.inf), axis=0)  # (t, j)
+  t = jnp.arange(L)
+  in_window = jnp.arange(L)[None, :] > (t - window)[:, None]  # (t, j): j > t − W
+  return jnp.sqrt(jnp.min(jnp.where(in_window, P, jnp.inf), axis=-1))
+
+
 # --------------------------------------------------------------------------------------------
 # Theorem 2.
 # --------------------------------------------------------------------------------------------

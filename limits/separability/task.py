@@ -245,9 +245,10 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         if x.ndim == 2:                                                # hidden: (L, D) shared
           x = jnp.broadcast_to(x[None], (H,) + x.shape)
         v = x                                                          # (H, L, d)
+        window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
         del rec
         window_sums[layer] = np.asarray(separability_model.layer_sums(  # selection on device
-            weights, v, ns, c.radius, rule=c.rule), np.float64)          # (H, K, F)
+            weights, v, ns, c.radius, rule=c.rule, window=window), np.float64)  # (H, K, F)
         sums[layer] += window_sums[layer]
         prog.update(1)
         if layer == NL - 1:

@@ -302,3 +302,14 @@ def test_killing_the_parent_ends_the_running_step(tmp_path, sig):
     assert sphere and all(r["label"] == "not run (step separability_sphere not reached)"
                           for r in sphere), [r["label"] for r in sphere]
     assert "- separability_sphere: the reproduction was interrupted before it\n" in report
+
+
+def test_reports_name_each_checkpoint_as_it_is():
+  """Issue 28 item 6: the instruction-tuned SmolLM2 and its quantisation, Gemma 3's base
+  checkpoint and its quantisation, the embedded model; anything else as the user gave it."""
+  from limits import reproduction as rp
+
+  assert rp.model_name("smollm2") == "SmolLM2-135M-Instruct (GGUF, Q4_1 weights)"
+  assert rp.model_name("gemma3-270m") == "Gemma 3 270M, base (GGUF, Q4_K_M weights)"
+  assert rp.model_name("tiny") == "the embedded 4-layer model"
+  assert rp.model_name("/some/dir") == "`/some/dir`"

@@ -305,12 +305,14 @@ def row(a: claims.Assessment, out: Optional[Path] = None) -> dict[str, Any]:
 # report.md
 
 MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct (GGUF, Q4_1 weights)",
+               "gemma3-270m": "Gemma 3 270M, base (GGUF, Q4_K_M weights)",
                "tiny": "the embedded 4-layer model"}
 
 
 def model_name(spec: str) -> str:
   """The checkpoint as it is: SmolLM2-135M-Instruct with its Q4_1 GGUF weights for ``smollm2``,
-  the embedded 4-layer model for ``tiny``; any other spec as given."""
+  Gemma 3 270M (base) with its Q4_K_M GGUF weights for ``gemma3-270m``, the embedded 4-layer
+  model for ``tiny``; any other spec as given."""
   return MODEL_NAMES.get(spec, f"`{spec}`")
 
 

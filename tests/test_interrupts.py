@@ -266,10 +266,14 @@ def _check_moment(case: str, trigger: str, delay: float, root: Path, tmp: Path):
     assert bad not in both, stderr[-3000:]
   lines = [ln for ln in stderr.splitlines() if ln.startswith(("interrupt", "error"))]
   assert lines[-1] == "interrupted: results written so far are kept in the run directory", lines
-  kept_units = 0
   if before is not None:  # results written before the signal are kept (or extended), whole
     kept = json.loads((out / "results.json").read_text())
     assert kept["experiment"] == json.loads(before)["experiment"]
+  # The units finished by the interrupted run (also those it wrote after the signal, at the
+  # safe point that stopped it), which the rerun must take over instead of recomputing.
+  kept_units = 0
+  if (out / "results.json").exists():
+    kept = json.loads((out / "results.json").read_text())
     kept_units = len(kept["results"].get("resume", {}).get("partial", {}))
   assert not list(out.glob(".*.tmp")), list(out.glob(".*"))  # no half-written file left
   # The same command finishes in the same folder, with the values of an uninterrupted run.

@@ -80,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           "(limits --help lists them)", file=sys.stderr)
     return EXIT_USAGE
   module = f"{PACKAGE}.{name}"
+  from limits.runs import interrupts
+
+  interrupts.install()  # Ctrl-C deferred before the experiment's heavy imports (as `python -m`)
   # alter_sys sets sys.argv[0] to the module's file, as `python -m` does; the rest is ours.
   sys.argv = [sys.argv[0] if sys.argv else "limits", *rest]
   runpy.run_module(module, run_name="__main__", alter_sys=True)

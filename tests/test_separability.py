@@ -435,6 +435,15 @@ def test_figure3_summary_over_heads():
   np.testing.assert_allclose(s["lower_max"], [0.9, 0.8, 0.7])
 
 
+def _causal_softmax_rows(rng, H, L):
+  """(H, L, L) causal softmax rows of N(0, 4) logits, with five tied weights in head 0's row 10."""
+  logits = np.where(np.tri(L, dtype=bool), rng.normal(size=(H, L, L)) * 2, -np.inf)
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  w[0, 10, :5] = w[0, 10, 5]  # ties
+  return w
+
+
 def test_host_sorted_rows_give_the_same_layer_sums():
   """The host sort (NumPy) equals the in-graph sort_desc on causal rows (ties and masked keys
   included), and layer_sums with it is bitwise the same computation (float64)."""
@@ -443,18 +452,14 @@ def test_host_sorted_rows_give_the_same_layer_sums():
   with jax.enable_x64(True):
     rng = np.random.default_rng(3)
     H, L, d = 2, 24, 6
-    logits = np.where(np.tri(L, dtype=bool), rng.normal(size=(H, L, L)) * 2, -np.inf)
-    w = np.exp(logits - logits.max(-1, keepdims=True))
-    w /= w.sum(-1, keepdims=True)
-    w[0, 10, :5] = w[0, 10, 5]                                   # ties
+    w = _causal_softmax_rows(rng, H, L)
     v = rng.normal(size=(H, L, d))
     host = sp.sort_rows_host(w)
     dev = np.asarray(selection.sort_desc(jnp.asarray(w), jnp.tril(jnp.ones((L, L), bool))))
     np.testing.assert_array_equal(host, dev)
     ns = jnp.asarray([1, 2, 4, 8], jnp.int32)
     a = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0)
-    b = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0,
-                                sorted_rows=jnp.asarray(host))
+    b = sp.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0, sorted_rows=jnp.asarray(host))
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -469,10 +474,7 @@ def test_device_layer_sums_equal_the_reference_path(blocks):
   with jax.enable_x64(True):
     rng = np.random.default_rng(4)
     H, L, d = 2, 150, 5
-    logits = np.where(np.tri(L, dtype=bool), rng.normal(size=(H, L, L)) * 2, -np.inf)
-    w = np.exp(logits - logits.max(-1, keepdims=True))
-    w /= w.sum(-1, keepdims=True)
-    w[0, 10, :5] = w[0, 10, 5]                                   # ties
+    w = _causal_softmax_rows(rng, H, L)
     w[1, 100:, 3:9] = 0.01
     v = rng.normal(size=(H, L, d))
     ns = [1, 2, 4, 8, 16, 32]

@@ -25,6 +25,14 @@ WANTED_FIELDS = {
 }
 
 
+def _copy_mappings(out: dict, results: Mapping, **keys: str) -> None:
+  """``out[name] = results[key]`` for each ``name=key`` whose value is a mapping (a block the
+  step recorded; absent or malformed blocks are left out)."""
+  for name, key in keys.items():
+    if isinstance(results.get(key), Mapping):
+      out[name] = results[key]
+
+
 def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] | None = None,
               context: Mapping[str, Any] | None = None) -> dict[str, Any]:
   """The summary the judges read, from a step's ``results.json`` "results" block (``results``),
@@ -79,25 +87,15 @@ def summarize(step: str, results: Mapping[str, Any], tables: Mapping[str, list] 
     band = results.get("band")
     if isinstance(band, Mapping) and "queries_checked" in band:
       out["band_queries"] = int(band["queries_checked"])
-    if isinstance(results.get("lemma1_synthetic"), Mapping):
-      out["lemma1"] = results["lemma1_synthetic"]
-    if isinstance(results.get("lemma1_slopes"), Mapping):
-      out["lemma1_slopes"] = results["lemma1_slopes"]
-    if isinstance(results.get("by_layer_kind"), Mapping):
-      out["by_layer_kind"] = results["by_layer_kind"]
-    if isinstance(results.get("sinks"), Mapping):
-      out["sinks"] = results["sinks"]
+    _copy_mappings(out, results, lemma1="lemma1_synthetic", lemma1_slopes="lemma1_slopes",
+                   by_layer_kind="by_layer_kind", sinks="sinks")
   elif step.startswith("distance"):
     rows = results.get("summary")
     if isinstance(rows, list) and rows:
       out["rows"] = rows
       out["rows_checked"] = sum(int(num(x.get("rows_checked", 0))) for x in rows)
-    if isinstance(results.get("critical_n"), Mapping):
-      out["critical"] = results["critical_n"]
-    if isinstance(results.get("critical_scan"), Mapping):
-      out["critical_scan"] = results["critical_scan"]
-    if isinstance(results.get("by_layer_kind"), Mapping):
-      out["by_layer_kind"] = results["by_layer_kind"]
+    _copy_mappings(out, results, critical="critical_n", critical_scan="critical_scan",
+                   by_layer_kind="by_layer_kind")
   elif step.startswith("separability"):
     summary = results.get("summary")
     if isinstance(summary, Mapping):

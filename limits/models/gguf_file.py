@@ -39,17 +39,18 @@ _NUMBER_KEYS = ("attention.layer_norm_rms_epsilon", "rope.freq_base")
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 # GGUF tensor names (after ``blk.<i>.``) -> HF Llama names (after ``layers.<i>.``).
-_LAYER_NAMES = {
+# The names every llama.cpp decoder block shares (Llama, Gemma 3): attention and the gated MLP.
+SHARED_LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_k.weight": "self_attn.k_proj.weight",
     "attn_v.weight": "self_attn.v_proj.weight",
     "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+_LAYER_NAMES = {**SHARED_LAYER_NAMES, "ffn_norm.weight": "post_attention_layernorm.weight"}
 _GLOBAL_NAMES = {"token_embd.weight": "embed_tokens.weight", "output_norm.weight": "norm.weight",
                  "output.weight": "lm_head.weight"}
 

@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -429,3 +430,183 @@ def test_sphere_cap_names_the_missing_grid():
   s = {"n": [1, 2, 4, 8], "max": [1.0, 0.9, 0.8, 0.7]}     # no N >= 16
   v = _safe(C.judge_sphere_cap, s)
   assert v.status == NOT_TESTABLE and "N ≥ 16 in the grid" in v.reason, v
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of the full mutation run of limits/bounds.py (tenth session, 688 mutants; each test
+# names the mutants it kills as `function: change`; docs/mutation_survivors.md lists the rest).
+
+def test_bounds_errors_name_the_bad_argument_first():
+  """_check_temperature / simplex_fd_bound / lemma1_constants: the message starts with the
+  argument's own name (a renamed one, e.g. 'XXtemperatureXX=0.0', still contains the word)."""
+  from limits import bounds as B
+  with pytest.raises(LimitsError, match=r"^temperature=0\.0 is not allowed"):
+    B.corollary1_band(np.ones(2), np.ones((3, 2)), 0.0)
+  with pytest.raises(LimitsError, match=r"^epsilon=-1\.0 is not allowed"):
+    B.simplex_fd_bound(-1.0)
+  with pytest.raises(LimitsError, match=r"^F must be finite and positive on \[-a, a\] \(Lemma 1"):
+    B.lemma1_constants(lambda x: x - 2.0, 1.0)
+
+
+def test_lemma1_constants_evaluates_the_documented_grid():
+  """lemma1_constants: `grid` points including ±a (default 4097, so 0 is on it; at least 2):
+  the first call of F gets exactly np.linspace(-a, a, grid) (kills grid default 4097 -> 4098,
+  `linspace(-a, a)` (50 points), `max(int(grid), 2)` -> 3)."""
+  from limits import bounds as B
+  for grid, a, want in ((None, 1.5, np.linspace(-1.5, 1.5, 4097)), (2, 1.0, [-1.0, 1.0]),
+                        (1, 1.0, [-1.0, 1.0]), (3, 2.0, [-2.0, 0.0, 2.0])):
+    calls = []
+
+    def F(x):
+      calls.append(np.array(x, copy=True))
+      return np.exp(x)
+    C1, C2 = B.lemma1_constants(F, a) if grid is None else B.lemma1_constants(F, a, grid)
+    assert calls[0].dtype == np.float64
+    np.testing.assert_array_equal(calls[0], want)
+    assert C2 == pytest.approx(math.exp(2 * a), rel=1e-12) and C1 == pytest.approx(1 / C2)
+
+
+def test_lemma1_constants_zero_or_dip_is_an_error_on_and_off_the_grid():
+  """Lemma 1 needs F > 0 on [-a, a]. F = x² is 0 at the grid point 0 (kills `ys > 0` -> `>=`,
+  which then divides by min F = 0). F = (x - c)² + 1 - d with c between grid points dips to 1 - d
+  there: d = 0.5 is fine, C2 = F(-1)/(1 - d) in closed form; d = 1 (a zero off the grid) and
+  d = 1 + 1e-9 (negative only within 3e-5 of c, no grid point) are errors (refinement checked:
+  `v is not None and v > 0` -> `or`, `v >= 0`, `... or True`). Before this test the dip was
+  ignored and a finite C2 returned (a silent wrong constant)."""
+  from limits import bounds as B
+  h = 2 / 4096
+  c = 0.25 + h / 3  # not a grid point
+  with pytest.raises(LimitsError, match="positive"):
+    B.lemma1_constants(lambda x: x * x, 1.0)
+  C1, C2 = B.lemma1_constants(lambda x: (x - c) ** 2 + 0.5, 1.0)
+  assert C2 == pytest.approx(((1 + c) ** 2 + 0.5) / 0.5, rel=1e-10)
+  assert C1 == pytest.approx(1 / C2)
+  for d in (1.0, 1.0 + 1e-9):
+    with pytest.raises(LimitsError, match="positive"):
+      B.lemma1_constants(lambda x, d=d: (x - c) ** 2 + 1 - d, 1.0)
+
+
+@pytest.mark.parametrize("end", [-1, 1])
+def test_lemma1_constants_refines_the_first_and_last_grid_cell(end):
+  """The minimum of F = 1 + (x - x*)² lies inside the first (last) grid cell, nearer the end
+  point: the grid's argmin is the end point and only the refinement over [x_0, x_1] finds
+  min F = 1 (F(x_0) = 1 + (0.3h)² ~ 1 + 2e-8). Kills `max(idx - 1, 0)` -> `max(idx - 1, 1)`
+  and `min(idx + 1, len - 1)` -> `len - 2` (an empty bracket at the ends)."""
+  from limits import bounds as B
+  h = 2 / 4096
+  xs = end * (1 - 0.3 * h)
+  C1, C2 = B.lemma1_constants(lambda x: 1 + (x - xs) ** 2, 1.0)
+  assert C2 == pytest.approx(1 + (2 - 0.3 * h) ** 2, rel=1e-12)
+
+
+def test_lemma1_constants_at_a_subnormal_range():
+  """a = 5e-324: the grid has only -a, 0, a, so the neighbours of the extreme grid points can
+  coincide and the refinement is skipped (refine -> None): C = (1, 1) for F = exp. Kills the
+  `lo = min(lo, v) if ... or True` / `hi = max(hi, v) if ... or True` mutants (min with None)."""
+  from limits import bounds as B
+  assert B.lemma1_constants(np.exp, 5e-324) == (1.0, 1.0)
+  assert B.lemma1_constants(lambda x: 2 + np.sign(x), 5e-324) == pytest.approx((1 / 3, 3.0))
+
+
+def test_corollary1_band_per_row_delta_and_keeps_dtype():
+  """corollary1_band: Δ per row (max over that row's keys; `axis=-1` -> `axis=None` or no axis
+  takes the max over the batch), and the band in the keys' dtype also for a NumPy float64
+  temperature under x64 (`jnp.asarray(temperature, knorm.dtype)` -> no dtype)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    k = np.array([[[0.5, 0.0], [0.0, 0.25]], [[2.0, 0.0], [0.0, 1.0]]])  # row max 0.5, 2
+    T = np.float64(4.0)
+    lo, up = B.corollary1_band(q, k, T)
+    np.testing.assert_allclose(np.asarray(up), [np.exp(0.25) / 2, np.exp(1.0) / 2], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(lo), [np.exp(-0.25) / 2, np.exp(-1.0) / 2], rtol=1e-12)
+    lo32, up32 = B.corollary1_band(q.astype(np.float32), k.astype(np.float32), T)
+    assert lo32.dtype == up32.dtype == jnp.float32
+    # softmax_lemma2_bound likewise keeps the logits' dtype for a float64 temperature.
+    assert B.softmax_lemma2_bound(np.zeros((2, 3), np.float32), T).dtype == jnp.float32
+
+
+def test_corollary1_causal_check_default_window_and_dtype():
+  """corollary1_causal_check: the default window is 0 (the whole causal prefix; `window=1`
+  would see one key per query: no violation ever), and float32 records give float32 margins
+  under x64 (`.astype(logits.dtype)` -> `.astype(None)` makes log n_t float64). q = k rows of
+  norm 1 and scores = 3·q·k: the band 2Δ/T = 2 while the prefix weights violate it (closed form
+  checked against a NumPy loop in tests/test_bounds.py; here: default == window 0 != window 1)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(1)
+    L = 6
+    q = rng.normal(size=(1, 1, L, 2))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    k = q.copy()
+    scores = 40.0 * np.einsum("bhtd,bhsd->bhts", q, k)
+    default = B.corollary1_causal_check(scores, q, k, 1.0)
+    w0 = B.corollary1_causal_check(scores, q, k, 1.0, window=0)
+    w1 = B.corollary1_causal_check(scores, q, k, 1.0, window=1)
+    assert int(w1["violations"].sum()) == 0
+    assert int(default["violations"].sum()) == int(w0["violations"].sum()) > 0
+    f32 = B.corollary1_causal_check(*(np.asarray(v, np.float32) for v in (scores, q, k)), 1.0)
+    assert f32["min_margin"].dtype == f32["log_max_last"].dtype == jnp.float32
+
+
+def test_lemma2_bound_per_row_over_visible_keys_closed_form():
+  """lemma2_bound = (max|F'|/L)(1/min F + max F/(min F)²) over the visible keys, per row, for
+  F = exp: a 1-D row (`axis=-1` -> `axis=+1` fails there), masked keys whose values are larger
+  than the visible ones or whose padding would be 1 (`where(m, f, 0)` -> `1` for max F and
+  max|F'|: visible F < 1 here), one visible key (L = 1: `maximum(count, 1)` -> `2`), and the
+  dtype of float32 logits under x64 (`.astype(f.dtype)` -> `.astype(None)`)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    def ref(v):
+      return np.max(np.exp(v)) / len(v) * (1 / np.min(np.exp(v)) + np.max(np.exp(v))
+                                           / np.min(np.exp(v)) ** 2)
+    row = np.array([-3.0, -2.0, -1.0, 5.0])
+    assert float(B.lemma2_bound(jnp.exp, jnp.exp, row)) == pytest.approx(ref(row), rel=1e-12)
+    m = np.array([[True, True, True, False], [False, True, False, False]])
+    got = np.asarray(B.lemma2_bound(jnp.exp, jnp.exp, np.stack([row, row]), m))
+    np.testing.assert_allclose(got, [ref(row[:3]), ref(row[1:2])], rtol=1e-12)
+    assert got[1] == pytest.approx(2.0, rel=1e-12)  # one key: |F'|/F·2 = 2 for exp
+    assert B.lemma2_bound(jnp.exp, jnp.exp, row.astype(np.float32)).dtype == jnp.float32
+
+
+def test_lemma2_bound_is_inf_not_nan_when_min_f_is_zero():
+  """F = l², F' = 2l on an all-zero row: min F = 0 and max|F'| = 0; the bound is +inf (vacuous),
+  not 0·inf = NaN (`ok = fmin > 0` -> `>=`); a row with min F > 0 stays finite (closed form)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    got = np.asarray(B.lemma2_bound(lambda v: v * v, lambda v: 2 * v,
+                                    np.array([[0.0, 0.0, 0.0], [1.0, 2.0, -1.0]])))
+    assert got[0] == np.inf
+    assert got[1] == pytest.approx(4 / 3 * (1 / 1 + 4 / 1), rel=1e-12)
+
+
+def test_softmax_jacobian_and_simplex_bounds_dtypes():
+  """softmax_jacobian_bound: an integer temperature is read as a float (`T = None` fails) and a
+  float32 one stays float32 under x64 (negating or breaking the `issubdtype` test casts it);
+  simplex_fd_bound: √2/ε in the default float (float64 under x64) also for a float32 ε, equal
+  to √2/float64(ε) (the asarray dtype dropped keeps float32)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    b = B.softmax_jacobian_bound(1)
+    assert float(b) == 0.25 and b.dtype == jnp.float64
+    b32 = B.softmax_jacobian_bound(np.float32(2.0))
+    assert b32.dtype == jnp.float32 and float(b32) == 0.125
+    eps = np.float32(0.1)
+    s = B.simplex_fd_bound(eps)
+    assert s.dtype == jnp.float64 and float(s) == math.sqrt(2) / float(eps)
+
+
+def test_tied_top_two_defaults_length_and_dtype():
+  """tied_top_two(): length 2 by default (α = (½, ½)), length 2 allowed and 1 not (`< 2` ->
+  `<= 2` / `< 3`), and the dtype asked for is kept (float32 under x64; the `dtype or ...` line
+  and the zeros' dtype)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    logits, mask = B.tied_top_two()
+    assert logits.shape == (2,) and mask.tolist() == [True, True]
+    logits, mask = B.tied_top_two(2, jnp.float32)
+    assert logits.dtype == jnp.float32 and mask.tolist() == [True, True]
+    logits, mask = B.tied_top_two(4)
+    assert logits.dtype == jnp.float64 and mask.tolist() == [True, True, False, False]
+  with pytest.raises(LimitsError, match="length"):
+    B.tied_top_two(1)

@@ -260,19 +260,20 @@ def test_top_n_rank_cap_error_and_int32_ranks():
     assert np.asarray(ok).all() and np.asarray(idx).tolist() == [1, 3, 2]
 
 
-@pytest.mark.parametrize("ns, rows", [([1, 2], [0, 1]), ([2], [0, 2])])
+@pytest.mark.parametrize("ns, rows", [([1, 2], [0, 1]), ([2], [0, 2]), ([1, 2], [3, 1])])
 def test_device_top_k_rechecks_each_row_at_k_equal_to_max_n_plus_one(ns, rows):
   """top_k_rows as the kernels call it (k = max N + 1): a float32 tie (float64: the later key is
   larger) at the N = 1 place (row 1) or at the N = 2 place (row 2), next to a row with distinct
-  values (row 0); any row flagged sends the whole block to the float64 sort, so each block
+  values (row 0, large; row 3, small); any row flagged sends the whole block to the float64 sort, so each block
   holds one tied row. The check must compare each row's own N-th and (N+1)-th values: reading
-  them from row 0 only (`take(..., axis=None)`), at the 2nd | 3rd place for N = 1
+  them from the first row only (`take(..., axis=None)`, above or below), at the 2nd | 3rd place for N = 1
   (`clip(ns, 2, ...)`) or at the (k−2)-th place for N = k − 1 (`clip(..., k - 2)`) keeps
   float32's lower index."""
   with jax.enable_x64(True):
     w = np.array([[0.9, 0.8, 0.05, 0.01, 0.02],
                   [0.3, 0.3 + 1e-12, 0.1, 0.05, 0.01],
-                  [0.5, 0.3, 0.3 + 1e-12, 0.1, 0.01]])[rows]
+                  [0.5, 0.3, 0.3 + 1e-12, 0.1, 0.01],
+                  [0.02, 0.01, 0.005, 0.002, 0.001]])[rows]
     assert np.float32(w[1, 0]) == np.float32(w[1, 1]) or np.float32(w[1, 1]) == np.float32(
         w[1, 2])
     vis = np.ones_like(w, bool)

@@ -282,3 +282,29 @@ def test_device_top_k_rechecks_each_row_at_k_equal_to_max_n_plus_one(ns, rows):
       for q in range(2):
         np.testing.assert_array_equal(got[n][q], python_top_n(w[q], n, vis[q]),
                                       err_msg=f"n={n} row={rows[q]}")
+
+
+def test_device_top_k_float64_fallback_keeps_ties_in_index_order():
+  """The float64 fallback of top_k_rows on long rows (C = 64) full of exact float64 ties, each
+  row made inexact in float32 by one key (0.05 + 1e-12) so that the float32 tie at the N-th
+  place sends the block to the float64 sort, which must select the lower indices first (an
+  unstable `lax.sort` reorders equal keys at this length when called alone, though inside
+  top_k_rows XLA's CPU backend was seen to keep the order: docs/mutation_survivors.md);
+  the ranks are int32
+  with x64 on (ranks_from_top's `jnp.full(..., jnp.int32)` without the dtype is int64)."""
+  import jax.numpy as jnp
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(12)
+    C = 64
+    w = rng.choice(np.array([0.1, 0.2, 0.3]), size=(3, C))
+    w[:, 7] = 0.05 + 1e-12
+    vis = np.ones_like(w, bool)
+    ns = [5, 9]
+    got = _device_top(w, vis, max(ns), ns)
+    for n in ns:
+      for q in range(3):
+        np.testing.assert_array_equal(got[n][q], python_top_n(w[q], n, vis[q]),
+                                      err_msg=f"n={n} row={q}")
+    idx = selection.top_k_rows(jnp.asarray(w), jnp.asarray(vis), 10, jnp.asarray(ns))
+    assert selection.ranks_from_top(idx, C).dtype == jnp.int32

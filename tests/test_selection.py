@@ -264,11 +264,11 @@ def test_top_n_rank_cap_error_and_int32_ranks():
 def test_device_top_k_rechecks_each_row_at_k_equal_to_max_n_plus_one(ns, rows):
   """top_k_rows as the kernels call it (k = max N + 1): a float32 tie (float64: the later key is
   larger) at the N = 1 place (row 1) or at the N = 2 place (row 2), next to a row with distinct
-  values (row 0, large; row 3, small); any row flagged sends the whole block to the float64 sort, so each block
-  holds one tied row. The check must compare each row's own N-th and (N+1)-th values: reading
-  them from the first row only (`take(..., axis=None)`, above or below), at the 2nd | 3rd place for N = 1
-  (`clip(ns, 2, ...)`) or at the (k−2)-th place for N = k − 1 (`clip(..., k - 2)`) keeps
-  float32's lower index."""
+  values (row 0, large; row 3, small); any row flagged sends the whole block to the float64
+  sort, so each block holds one tied row. The check must compare each row's own N-th and
+  (N+1)-th values: reading them from the first row only (`take(..., axis=None)`, above or
+  below), at the 2nd | 3rd place for N = 1 (`clip(ns, 2, ...)`) or at the (k−2)-th place for
+  N = k − 1 (`clip(..., k - 2)`) keeps float32's lower index."""
   with jax.enable_x64(True):
     w = np.array([[0.9, 0.8, 0.05, 0.01, 0.02],
                   [0.3, 0.3 + 1e-12, 0.1, 0.05, 0.01],
@@ -290,8 +290,8 @@ def test_device_top_k_float64_fallback_keeps_ties_in_index_order():
   place sends the block to the float64 sort, which must select the lower indices first (an
   unstable `lax.sort` reorders equal keys at this length when called alone, though inside
   top_k_rows XLA's CPU backend was seen to keep the order: docs/mutation_survivors.md);
-  the ranks are int32
-  with x64 on (ranks_from_top's `jnp.full(..., jnp.int32)` without the dtype is int64)."""
+  the ranks are int32 with x64 on (ranks_from_top's `jnp.full(..., jnp.int32)` without the
+  dtype is int64)."""
   import jax.numpy as jnp
 
   with jax.enable_x64(True):

@@ -610,3 +610,60 @@ def test_tied_top_two_defaults_length_and_dtype():
     assert logits.dtype == jnp.float64 and mask.tolist() == [True, True, False, False]
   with pytest.raises(LimitsError, match="length"):
     B.tied_top_two(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a seeded sample of the claims group (tenth session, seed 10, 100 of 2,413).
+
+def test_ks_min_pvalue_with_unequal_samples():
+  """criteria.ks_min_pvalue(n, m) = 2 / C(n + m, n) (D = 1, fully separated samples): m is used
+  when given (`m = n if m is None else m` -> always n), capped at 1."""
+  from limits import claims as C
+  assert C.ks_min_pvalue(2, 3) == pytest.approx(2 / math.comb(5, 2))  # 0.2
+  assert C.ks_min_pvalue(3) == pytest.approx(2 / math.comb(6, 3))     # 0.1
+  assert C.ks_min_pvalue(1, 1) == 1.0                                  # 2 / 2, capped
+
+
+@pytest.mark.parametrize("rel, status", [(0.0, HOLDS), (5e-10, HOLDS), (2e-9, FAILS)])
+def test_cor3_printed_slack_is_1e9_above_the_bound(rel, status):
+  """judge_cor3_printed counts a norm as over min{1/(4T), √2} only beyond a relative 1e-9
+  (float rounding of the counterexample): exactly at 1/(4T) and 5e-10 above hold, 2e-9 above
+  fails (`(1 + 1e-9)` -> `(1 - 1e-9)` fails at the bound itself)."""
+  v = judge_cor3_printed({"T": [1.0], "counterexample_norm": [0.25 * (1 + rel)]}, {})
+  assert v.status == status, v
+
+
+def _judge_verdict(cid, summary):
+  from limits import claims as C
+  claim = C.BY_ID[cid]
+  full = {rd.ambig: rd.options[0][0] for rd in claim.readings}
+  return C.judge_safely(claim, summary, full)
+
+
+@pytest.mark.parametrize("p, pct", [(0.8, "99.2"), (0.7, "97.3")])
+def test_multihead_states_three_heads_coverage(p, pct):
+  """multihead-coverage reports 1 − (1 − p)³ for H = 3 heads (0.992 at p = 0.8, 0.973 at 0.7;
+  `coverage(p, 4)` would say 99.8 / 99.2)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("multihead-coverage", {"n": ns, "median": [1, 0.9, 0.85, 0.8] + [p] * 4,
+                                            "max": [1, 0.9, 0.85, 0.8] + [p] * 4})
+  assert v.status == HOLDS and f"3 heads cover {pct} % if independent" in v.measured, v
+
+
+def test_fig3_decline_states_the_first_median():
+  """fig3-decline's text names the median at the first N (1.0 at N = 1), not the second."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79,
+                                                          0.785, 0.78]})
+  assert v.status == HOLDS and v.measured.startswith("median 1 at N = 1, 0.8 at 16"), v
+
+
+def test_linear_in_l_names_what_is_missing():
+  """linear_in_l needs 3 lengths; with 2 the Missing message says so (the reason a report shows
+  for a not-testable row)."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_distance import linear_in_l
+  with pytest.raises(Missing, match=r"^at least 3 lengths$"):
+    linear_in_l([64, 128], [1.0, 2.0])
+  ok, _ = linear_in_l([64, 128, 256], [1.0, 2.0, 4.0])
+  assert ok

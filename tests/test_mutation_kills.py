@@ -667,3 +667,20 @@ def test_linear_in_l_names_what_is_missing():
     linear_in_l([64, 128], [1.0, 2.0])
   ok, _ = linear_in_l([64, 128, 256], [1.0, 2.0, 4.0])
   assert ok
+
+
+def test_assessment_labels_for_a_single_reading_and_a_not_testable_primary():
+  """assess: a claim without ambiguities is labelled "single reading" (robust); a primary
+  reading that is not testable and gives no reason is labelled "not testable", and the
+  excluded combinations are still reported with it (not dropped to None)."""
+  single = Claim(id="t1", kind="theorem", where="here", words="w", setting="s", step="step",
+                 criterion="c", judge=lambda s, r: Verdict(HOLDS))
+  res = assessment.assess(single, {})
+  assert (res.verdict, res.label, res.robust, res.excluded) == (HOLDS, "single reading", True, ())
+  untestable = Claim(id="t2", kind="theorem", where="here", words="w", setting="s",
+                     step="step", criterion="c", judge=lambda s, r: Verdict(NOT_TESTABLE),
+                     readings=(Reading("AMBIG-A", (("a1", "A one"), ("a2", "A two"))),),
+                     excluded=(("AMBIG-A", "a2", "not what the paper means"),))
+  res = assessment.assess(untestable, {})
+  assert (res.verdict, res.label, res.robust) == (NOT_TESTABLE, "not testable", None)
+  assert len(res.excluded) == 1 and res.excluded[0][1] == "AMBIG-A a2: not what the paper means"

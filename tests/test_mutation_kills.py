@@ -684,3 +684,39 @@ def test_assessment_labels_for_a_single_reading_and_a_not_testable_primary():
   res = assessment.assess(untestable, {})
   assert (res.verdict, res.label, res.robust) == (NOT_TESTABLE, "not testable", None)
   assert len(res.excluded) == 1 and res.excluded[0][1] == "AMBIG-A a2: not what the paper means"
+
+
+@pytest.mark.parametrize("upper, status", [(0.8, HOLDS), (0.8 + 2e-12, FAILS)])
+def test_upper_tracking_gap_of_exactly_a_tenth(upper, status):
+  """_tracks: the bound of the top head may be up to 0.10 above its N_s/N, with 1e-12 slack for
+  the float difference (0.8 − 0.7 = 0.1000000000000001 holds; `TRACK_TOL - 1e-12` fails it);
+  2e-12 beyond fails."""
+  s = {"per_head": [{"n": 4, "frac": 0.7, "lower": 0, "upper": upper, "upper_printed": 0.95}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == status, v
+
+
+def test_upper_tracking_names_the_vacuous_parts():
+  """_tracks' texts: N = 1 (decided by definition) and a maximum >= 0.90 (cannot fail) are named
+  in `vacuous` (N = 4 only, not N = 1); with no gap left the measured text says so; when nothing
+  is decidable the Missing message lists every vacuous part joined by '; '."""
+  from limits.claims.core import Missing
+  s = {"per_head": [{"n": 1, "frac": 1.0, "lower": 0, "upper": 1.0, "upper_printed": 0.95},
+                    {"n": 4, "frac": 0.95, "lower": 0, "upper": 0.97, "upper_printed": 0.97}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == HOLDS
+  assert v.measured == ("no N with max N_s/N < 0.90; 0 of 1 decidable (head, N) cases above the "
+                        "bound"), v.measured
+  assert v.vacuous.startswith("N = 1: N_s/N = 1 by definition and ξ = 0, so the bound is "), v
+  assert "; 0.10 above the maximum at N = 4: maximum N_s/N ≥ 0.90 and the bound" in v.vacuous
+  low = {"per_head": [{"n": 4, "frac": 0.3, "lower": 0, "upper": 0.7, "upper_printed": 0.95}]}
+  with pytest.raises(Missing, match=r"\(cannot hold\); above the bound: 1 of 1 \(head, N\)"):
+    C.judge_fig3_upper_derived(low, {})
+
+
+def test_fig3_band_states_the_median_range():
+  """fig3-band's measured text: the range of the head medians at N >= 16 (0.78–0.8)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  med = [1, 0.9, 0.85, 0.8, 0.8, 0.79, 0.78, 0.8]
+  v = _judge_verdict("fig3-band", {"n": ns, "median": med, "max": med})
+  assert v.status == HOLDS and v.measured == "median over heads 0.78–0.8 for N ≥ 16", v

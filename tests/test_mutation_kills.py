@@ -720,3 +720,22 @@ def test_fig3_band_states_the_median_range():
   med = [1, 0.9, 0.85, 0.8, 0.8, 0.79, 0.78, 0.8]
   v = _judge_verdict("fig3-band", {"n": ns, "median": med, "max": med})
   assert v.status == HOLDS and v.measured == "median over heads 0.78–0.8 for N ≥ 16", v
+
+
+def _e_rows(e_of_l, nl_of_l, n):
+  return [{"L": L, "N": n, "expected_mean": e_of_l(L), "expected_nl_mean": nl_of_l(L),
+           "gap_mean": 0.0} for L in (64, 128, 256, 512)]
+
+
+def test_fig2a_expected_derived_reads_ambig3_at_the_fitted_n():
+  """judge_fig2a_expected_derived: E against "linear in L" at N = 5 when the grid has it (not the
+  first N), from `expected_nl_mean` under AMBIG-3 = L and `expected_mean` otherwise, with the
+  local/global split read from each kind's own rows. At N = 5 E is linear (0.01 L) and the
+  L-inclusive E quadratic; at N = 1 the other way round."""
+  lin, quad = (lambda L: 0.01 * L), (lambda L: 1e-4 * L * L)
+  rows = _e_rows(quad, lin, 1) + _e_rows(lin, quad, 5)
+  s = {"rows": rows, "by_layer_kind": {"global": {"rows": _e_rows(lin, quad, 5), "heads": 2}}}
+  v = C.judge_fig2a_expected_derived(s, {"AMBIG-3": "other", "AMBIG-4": "main"})
+  assert v.status == HOLDS, v
+  assert "; global layers, 2 heads: " in v.measured, v.measured
+  assert C.judge_fig2a_expected_derived(s, {"AMBIG-3": "L", "AMBIG-4": "main"}).status == FAILS

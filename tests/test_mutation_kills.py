@@ -739,3 +739,33 @@ def test_fig2a_expected_derived_reads_ambig3_at_the_fitted_n():
   assert v.status == HOLDS, v
   assert "; global layers, 2 heads: " in v.measured, v.measured
   assert C.judge_fig2a_expected_derived(s, {"AMBIG-3": "L", "AMBIG-4": "main"}).status == FAILS
+
+
+def test_fig2c_reads_the_printed_scan_by_default_over_several_lengths():
+  """judge_fig2c with no AMBIG-18 in the reading uses the printed scan; several L sorted by
+  value; an entry without its own alpha is read at the reading's α (its pass windows shown);
+  an L where every evaluated N was rejected is named as not found. c = (100·4 + 200·8) /
+  (100² + 200²) = 0.04, inside [0.03, 0.12]. The sample line names the KS power."""
+  def entry(pvals, windows):
+    return {"evaluated": {str(n): p for n, p in pvals.items()}, "windows": windows}
+
+  scan = {"300": {"printed": entry({n: 0.001 for n in range(1, 9)}, [])},
+          "200": {"printed": entry({n: (0.5 if n >= 8 else 0.001) for n in range(1, 11)},
+                                   [[8, 10]])},
+          "100": {"printed": entry({n: (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 8)},
+                                   [[4, 6]])}}
+  v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
+  assert v.status == HOLDS, v
+  assert v.measured == ("N_crit ≈ 0.04·L (L = 100: 4 (passes at N = 4–6); L = 200: 8); "
+                        "not found at L = 300"), v.measured
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
+
+
+def test_fig2c_bracket_straddling_the_band_is_not_testable():
+  """Only N = 1 (rejected) and N = 8 (passes) evaluated at L = 100: N_crit in [2, 8], i.e. c in
+  [0.02, 0.08] across the band's lower edge 0.03: not testable, with that reason."""
+  scan = {"100": {"printed": {"evaluated": {"1": 0.001, "8": 0.5}, "windows": [[8, 8]]}}}
+  v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE
+  assert v.reason == "the N_crit bracket left by the recorded p-values straddles the band edge"
+  assert v.measured.startswith("N_crit ≈ 0.02–0.08·L (L = 100: 2–8")

@@ -702,9 +702,10 @@ def test_upper_tracking_names_the_vacuous_parts():
   is decidable the Missing message lists every vacuous part joined by '; '."""
   from limits.claims.core import Missing
   s = {"per_head": [{"n": 1, "frac": 1.0, "lower": 0, "upper": 1.0, "upper_printed": 0.95},
-                    {"n": 4, "frac": 0.95, "lower": 0, "upper": 0.97, "upper_printed": 0.97}]}
+                    {"n": 4, "frac": 0.95, "lower": 0, "upper": 0.97, "upper_printed": 0.97}],
+       "heads": 2, "windows": 1}
   v = C.judge_fig3_upper_derived(s, {})
-  assert v.status == HOLDS
+  assert v.status == HOLDS and v.sample == "2 heads, 1 window(s)"
   assert v.measured == ("no N with max N_s/N < 0.90; 0 of 1 decidable (head, N) cases above the "
                         "bound"), v.measured
   assert v.vacuous.startswith("N = 1: N_s/N = 1 by definition and ξ = 0, so the bound is "), v
@@ -769,3 +770,23 @@ def test_fig2c_bracket_straddling_the_band_is_not_testable():
   assert v.status == NOT_TESTABLE
   assert v.reason == "the N_crit bracket left by the recorded p-values straddles the band edge"
   assert v.measured.startswith("N_crit ≈ 0.02–0.08·L (L = 100: 2–8")
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
+
+
+def test_fig3_decline_flat_medians_fail_without_a_slope_ratio():
+  """Medians flat at 0.8 over every N: no decline (fails), and the slope before the knee is 0,
+  so the ratio after/before is shown as '—' (not a division by zero)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": [0.8] * 8})
+  assert v.status == FAILS and v.measured.endswith("slope ratio after/before —"), v
+
+
+def test_fig2b_tightens_reads_the_largest_l_only():
+  """fig2b-tightens compares d_max/d̃ at N = 20 and the largest N at the largest L (128: 2 then
+  1.5, tightens); the rows at L = 64 (1 then 5) must not enter either series."""
+  rows = [{"L": 64, "N": 20, "d_sum_mean": 2.0, "dmax_sum_mean": 2.0},
+          {"L": 64, "N": 40, "d_sum_mean": 2.0, "dmax_sum_mean": 10.0},
+          {"L": 128, "N": 20, "d_sum_mean": 1.0, "dmax_sum_mean": 2.0},
+          {"L": 128, "N": 40, "d_sum_mean": 1.0, "dmax_sum_mean": 1.5}]
+  v = C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "sum"})
+  assert v.status == HOLDS and v.measured == "d_max/d̃ N = 20: 2, N = 40: 1.5", v

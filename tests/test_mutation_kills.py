@@ -790,3 +790,12 @@ def test_fig2b_tightens_reads_the_largest_l_only():
           {"L": 128, "N": 40, "d_sum_mean": 1.0, "dmax_sum_mean": 1.5}]
   v = C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "sum"})
   assert v.status == HOLDS and v.measured == "d_max/d̃ N = 20: 2, N = 40: 1.5", v
+
+
+def test_fig4_inverse_t_names_the_epsilons_that_cannot_follow():
+  """ε = 10: g ≤ √2/10 = 0.141 at every T, but a T^−0.75 rise from g = 0.1 at T = 0.05 down to
+  T = 0.01 would need 0.334: no ε left, and the Missing reason names that ε."""
+  from limits.claims.core import Missing
+  with pytest.raises(Missing, match=r"^an ε whose curve could follow 1/T \(ε = 10: a 1/T trend "
+                                    r"is impossible"):
+    C.judge_fig4_inverse_t({"T": [0.01, 0.05, 1.0], "g": {"10": [0.1, 0.1, 0.1]}}, {})

@@ -799,3 +799,30 @@ def test_fig4_inverse_t_names_the_epsilons_that_cannot_follow():
   with pytest.raises(Missing, match=r"^an ε whose curve could follow 1/T \(ε = 10: a 1/T trend "
                                     r"is impossible"):
     C.judge_fig4_inverse_t({"T": [0.01, 0.05, 1.0], "g": {"10": [0.1, 0.1, 0.1]}}, {})
+
+
+@pytest.mark.parametrize("shares, status", [([0.2, 0.5], HOLDS), ([0.2, 0.49], FAILS)])
+def test_attention_sinks_at_every_length(shares, status):
+  """judge_attention_sinks: holds iff at every L some layer has a sink share >= 0.5 (both sides
+  of 0.5 at L = 128), and the measured text counts such layers per L and lists the last L's
+  shares."""
+  s = {"sinks": {"eps": 0.3, "by_L": [{"L": 64, "share_by_layer": [0.75, 0.5, 0.0]},
+                                      {"L": 128, "share_by_layer": shares, "pairs": 1200}]}}
+  v = C.judge_attention_sinks(s, {})
+  k = 1 if status == HOLDS else 0
+  assert v.status == status
+  assert v.measured == (f"layers with Sink_ε ≥ 0.5: L = 64: 2 of 3, L = 128: {k} of 2; at "
+                        f"L = 128 by layer 0.20 {shares[1]:.2f}"), v.measured
+  assert v.sample == "ε = 0.3, 1,200 head-windows per L"
+
+
+def test_lemma1_model_reports_the_per_kind_slopes():
+  """judge_lemma1_model: not testable (the lemma's bounded-logit hypothesis), and the text shows
+  the slopes, with each layer kind's max and min slopes between consecutive lengths."""
+  part = {"rows": [{}], "heads": 3, "windows": [4],
+          "slopes_between": [{"L": [64, 128], "loglog_slope_median_max_aL": 0.5,
+                              "loglog_slope_median_min_aL": -0.25}]}
+  v = C.judge_lemma1_model({"lemma1_slopes": {"max": 0.5}, "by_layer_kind": {"local": part}}, {})
+  assert v.status == NOT_TESTABLE
+  assert v.measured == ("max: 0.5; local layers (W = 4), 3 heads: log-log slopes of the median "
+                        "max/min α·n_t, 64→128: max 0.5, min -0.25"), v.measured

@@ -826,3 +826,19 @@ def test_lemma1_model_reports_the_per_kind_slopes():
   assert v.status == NOT_TESTABLE
   assert v.measured == ("max: 0.5; local layers (W = 4), 3 heads: log-log slopes of the median "
                         "max/min α·n_t, 64→128: max 0.5, min -0.25"), v.measured
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a seeded sample of the rows group (tenth session, seed 10).
+
+def test_lemma2_all_rows_is_inf_where_float32_overflows():
+  """gradient.rows.lemma2_all_rows keeps the rows' dtype: for float32 rows, (e^{r/T} +
+  e^{2r/T})/(T·n) is inf where it exceeds float32's range (r = 50 at T = 1: e^100 ~ 2.7e43),
+  finite and equal to the closed form elsewhere (`.astype(rows.dtype)` -> `.astype(None)`
+  returns float64 and a finite 2.7e43)."""
+  from limits.gradient import rows as gradient_rows
+  rows = np.array([[0.0, 50.0, 1.0], [0.0, 1.0, 0.5]], np.float32)
+  mask = np.ones(rows.shape, bool)
+  got = gradient_rows.lemma2_all_rows(rows, mask, [1.0])
+  assert got.dtype == np.float32 and got[0, 0] == np.inf
+  assert got[1, 0] == pytest.approx((math.e + math.e ** 2) / 3, rel=1e-6)

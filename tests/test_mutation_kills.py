@@ -842,3 +842,14 @@ def test_lemma2_all_rows_is_inf_where_float32_overflows():
   got = gradient_rows.lemma2_all_rows(rows, mask, [1.0])
   assert got.dtype == np.float32 and got[0, 0] == np.inf
   assert got[1, 0] == pytest.approx((math.e + math.e ** 2) / 3, rel=1e-6)
+
+
+def test_min_pairwise_distance_excludes_duplicates_at_the_origin():
+  """separability.rows: two zero vectors are duplicates (d² = 0 <= 16·eps·(0 + 0), the `<=` at
+  its boundary; `<` would count them and give δ = 0); the next pair is at distance 1, and two
+  zero vectors alone leave no pair (+inf). A pair 0.5 apart stays a pair."""
+  from limits.separability.rows import min_pairwise_distance
+  x = jnp.array([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+  assert float(min_pairwise_distance(x)) == 1.0
+  assert float(min_pairwise_distance(x[:2])) == np.inf
+  assert float(min_pairwise_distance(jnp.array([[0.0, 0.0], [0.5, 0.0]]))) == 0.5

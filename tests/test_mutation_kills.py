@@ -853,3 +853,13 @@ def test_min_pairwise_distance_excludes_duplicates_at_the_origin():
   assert float(min_pairwise_distance(x)) == 1.0
   assert float(min_pairwise_distance(x[:2])) == np.inf
   assert float(min_pairwise_distance(jnp.array([[0.0, 0.0], [0.5, 0.0]]))) == 0.5
+
+
+def test_fig2c_rejected_everywhere_is_not_testable_with_the_power_line():
+  """Every evaluated N rejected at every L: not testable, with that reason and the KS power line
+  (the sample of this return was dropped by a survivor)."""
+  scan = {"100": {"printed": {"evaluated": {"1": 0.001, "8": 0.001}, "windows": []}}}
+  v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE
+  assert v.reason == "the KS test rejected at every N searched (α = 0.01)"
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")

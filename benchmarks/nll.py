@@ -135,11 +135,12 @@ def summarize(recs: list[dict], key: str, n_total: int) -> dict:
 
 
 def run(model, tokens: np.ndarray, *, length: int, windows: int, order: str, seed: int,
-        bos: int, plain: bool, out: str | None, header: dict, log=print) -> dict:
+        bos: int, plain: bool, out: str | None, header: dict, log=None) -> dict:
   """Scores the requested windows (skipping those already in ``out``) and returns
   ``{"order": [window ids], "records": [...], "plain": summary, "bos": summary, "n_total"}``."""
   from limits.runs import interrupts
 
+  log = log or (lambda line: print(line, flush=True))
   check(plain or bos >= 0, "nothing to score: --noplain needs --bos=ID (ID ≥ 0)")
   n_total = tokens.size // length
   check(n_total >= 1, f"the corpus has {tokens.size} tokens, fewer than one window of L={length}")

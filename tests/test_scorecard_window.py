@@ -83,10 +83,12 @@ def test_softmax_row_is_the_model_at_its_own_temperature(scored):
   assert abs(float(other.mean()) - np.mean(nll)) > 1e-3
 
 
-def _lemma1_reference(recs, windows):
+def _lemma1_reference(recs, windows, layers=range(len(WINDOWS))):
   mx, zs = [], []
   for wts, _, _ in recs:
     for li, win in enumerate(WINDOWS):
+      if li not in layers:
+        continue
       win = win if windows else 0
       for h in range(H):
         m_row, z_row = [], []
@@ -110,6 +112,12 @@ def test_lemma1_uses_the_effective_length(scored):
   med_g, zero_g = _lemma1_reference(scored["recs"], False)
   assert zero_g[0] == zero_g[1] == 0 and zero_g[2] > 0.2 and zero_g[3] > 0.3
   assert np.all(med_g[:2] == med[:2]) and np.all(np.abs(med_g[2:] - med[2:]) > 1e-3 * med[2:])
+  # local and global layers apart (growth in t stops at W in the local ones)
+  kinds = scored["row"]["lemma1_by_kind"]
+  assert kinds["local"]["layers"] == [0, 1] and kinds["global"]["layers"] == [2]
+  for name, layers in (("local", (0, 1)), ("global", (2,))):
+    med_k, _ = _lemma1_reference(scored["recs"], True, layers)
+    np.testing.assert_allclose(kinds[name]["median_max_aL"], med_k, rtol=1e-5)
 
 
 def _row_d_and_printed(a, x, n):

@@ -67,10 +67,18 @@ def evaluate_row(params, config, eval_tokens, family: str, multiplier: float,
   jac = jacobian_metrics(family, np.stack(jrows), np.stack(jmask), T, L, epsilon=cfg.epsilon,
                          seed=cfg.seed)
   nll_arr = np.stack(nll)
+  mx_arr, zs_arr = np.stack(mx), np.stack(zs)  # (windows, nK, H, K)
+  by_kind = None
+  if any(wins):  # Lemma 1 is about growth in t: local and global layers apart (issue 29)
+    kind = np.asarray(wins) > 0
+    by_kind = {name: {**lemma1_summary(mx_arr[:, sel], zs_arr[:, sel], ts),
+                      "layers": [keep[i] for i in np.nonzero(sel)[0]]}
+               for name, sel in (("local", kind), ("global", ~kind)) if sel.any()}
   return {
       "loss": {"mean": float(nll_arr.mean()), "per_window": nll_arr.mean(axis=1).tolist(),
                "tokens": int(nll_arr.size), "nll": nll_arr.astype(np.float64).tolist()},
-      "lemma1": lemma1_summary(np.stack(mx), np.stack(zs), ts),
+      "lemma1": lemma1_summary(mx_arr, zs_arr, ts),
+      "lemma1_by_kind": by_kind,
       "theorem1": dist,
       "theorem2": separability_summary(sep, sep_ns) if sep_ns else None,
       "lemma2": jac,

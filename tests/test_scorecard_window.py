@@ -292,3 +292,23 @@ def test_lemma1_rows_window_by_hand():
   np.testing.assert_array_equal(mx, [[3.0, 12.0]])
   np.testing.assert_allclose(zs, [[2 / 3, 11 / 12]])
   assert math.isclose(sc.lemma1_rows(w, [12], window=12)[0][0, 0], 12.0)
+
+
+def test_report_names_local_layers_and_the_model_temperature(scored):
+  """scorecard.md: the kept local layers, W, the Lemma 1 split by kind and T0 = 3 (not √d_head);
+  nothing about windows for a model without them."""
+  row = {**scored["row"], "key": "softmax", "label": "softmax (T0)", "family": "softmax",
+         "calibrated": False, "multiplier": 1.0, "row_seconds": 1.0}
+  result = {"rows": [row], "costs": {"softmax": 1.0}, "calibrations": {},
+            "windows": {"evaluation": [0, 1], "calibration": [2], "length": L},
+            "compute_s": {"total_s": 1.0, "calibration_s": 0.0, "timing_s": 0.0, "rows_s": 1.0},
+            "wall_s": 1.0}
+  info = {"name": "g", "family": "gemma3", "n_layer": 3, "n_head": H, "d_head": 4,
+          "layer_windows": list(WINDOWS)}
+  _, md = sc.report(result, scored["cfg"], info)
+  assert "Sliding-window (local) layers among them: [0, 1] (W = 8)" in md
+  assert "local layers [0, 1]: " in md and "global layers [2]: " in md
+  assert "T0 = the model's own scale (Gemma 3: √query_pre_attn_scalar) = 3 " in md
+  info.pop("layer_windows")
+  _, md = sc.report(result, scored["cfg"], info)
+  assert "Sliding-window" not in md

@@ -72,18 +72,24 @@ def define_run_flags(defaults: Any, experiment: str, *, seed: str = SEED_HELP,
 def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None = None) -> None:
   """The absl flags of a config dataclass whose fields are :func:`limits.runs.options.option` s:
   one flag per field with ``cli`` set, named like the field, with its default, help, choices
-  and check (one line ``--NAME must ...`` on a bad value). The flag's type follows the field's
-  annotation: bool, int, float, a str with choices (an enum flag), else a string.
+  and check (one line ``--NAME must ...`` on a bad value, or the field's ``message``). The
+  flag's type follows the field's annotation: bool, int, float, a str with choices (an enum
+  flag), a tuple (a repeated flag with ``multi``, else a comma-separated string), else a
+  string.
   ``flag_values``: where to define them (default absl's global ``flags.FLAGS``)."""
   fv = flags.FLAGS if flag_values is None else flag_values
   for field in dataclasses.fields(config_cls):
     md = options.metadata(field)
     if not md["cli"]:
       continue
-    name, default, help_text = field.name, field.default, md["help"]
+    name, default, help_text = field.name, options.flag_default(field), md["help"]
     kind = str(field.type)
     if md["choices"]:
       flags.DEFINE_enum(name, default, list(md["choices"]), help_text, flag_values=fv)
+    elif md.get("multi"):
+      flags.DEFINE_multi_string(name, default, help_text, flag_values=fv)
+    elif isinstance(field.default, tuple):  # a comma-separated list
+      flags.DEFINE_string(name, default, help_text, flag_values=fv)
     elif "bool" in kind:
       flags.DEFINE_bool(name, default, help_text, flag_values=fv)
     elif "int" in kind:
@@ -94,15 +100,21 @@ def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None =
       flags.DEFINE_string(name, default, help_text, flag_values=fv)
     if md["check"] is not None:
       ok, must = md["check"]
-      cli.require(name, ok, must, flag_values=fv)
+      if md.get("message"):
+        flags.register_validator(name, ok, message=md["message"], flag_values=fv)
+      else:
+        cli.require(name, ok, must, flag_values=fv)
   for names, ok, message in getattr(config_cls, "CROSS_CHECKS", ()):
     flags.register_multi_flags_validator(list(names), ok, message=message, flag_values=fv)
 
 
 def config_from_flags(config_cls: type) -> Any:
-  """``config_cls`` built from the flags named like its fields (call in ``main``)."""
+  """``config_cls`` built from the flags named like its fields (call in ``main``); a field
+  without a flag (``cli=False``) keeps its default, a list field is parsed from its flag
+  (:func:`limits.runs.options.from_flag`: a bad item is one line naming the flag)."""
   fv = flags.FLAGS
-  return config_cls(**{f.name: fv[f.name].value for f in dataclasses.fields(config_cls)})
+  return config_cls(**{f.name: options.from_flag(f, fv[f.name].value)
+                       for f in dataclasses.fields(config_cls) if options.metadata(f)["cli"]})
 
 
 def task_main(config_cls: type, run: Callable[[Any], object],

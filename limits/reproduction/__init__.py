@@ -20,7 +20,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from limits import claims
 from limits.claims import report_cells as rc
+from limits.errors import LimitsError
+from limits.runs import options
 
+EXPERIMENT = "reproduce"
 FULL_LENGTHS = "32,64,128,256,512,1024"
 
 
@@ -122,16 +125,35 @@ def fit_to_context(overrides: Overrides, ctx: int) -> dict[str, Any]:
   return out
 
 
+def _step_names(text: str, name: str) -> tuple[str, ...]:
+  """``--only``: comma-separated names of :data:`STEPS` (one line naming the unknown ones)."""
+  names = options.comma_items(text, name)
+  unknown = [s for s in names if s not in STEP_NAMES]
+  if unknown:
+    raise LimitsError(f"--{name} has unknown step(s) {unknown}; allowed: "
+                      f"{', '.join(STEP_NAMES)}")
+  return names
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """What the user asked for: the model, quick or paper settings, and the corpus."""
+  """What the user asked for: the model, quick or paper settings, the corpus, and (for the
+  command, not the steps) which steps, into which folder, resumed or not. Each field declares
+  the ``reproduce`` command's flag of its name (:mod:`limits.runs.options`)."""
 
-  model: str = "tiny"
-  quick: bool = False
-  seed: int = 0
-  windows: Optional[int] = None   # corpus windows per length (default 1 quick, 4 full)
-  data_dir: Optional[str] = None
-  text: Optional[str] = None
+  model: str = options.model()
+  quick: bool = options.option(False, "Small grids (about 13 min for the embedded model's 16 "
+                               "steps on 2 idle CPU cores).")
+  seed: int = options.seed("Seed passed to every step.")
+  windows: Optional[int] = options.windows(  # default 1 quick, 4 full
+      None, "Corpus windows per length (default 1 quick, 4 full).")
+  data_dir: Optional[str] = options.data_dir()
+  text: Optional[str] = options.text()
+  only: tuple[str, ...] = options.option((), "Comma-separated step names to run (default all).",
+                                         parse=_step_names)
+  out_dir: Optional[str] = options.out_dir(EXPERIMENT)
+  resume: bool = options.option(True, "Skip steps whose results.json is a finished run with the "
+                                "same settings.")
 
 
 def step_overrides(step: Step, settings: Settings, ctx: Optional[int] = None) -> dict[str, Any]:

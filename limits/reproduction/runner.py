@@ -23,7 +23,7 @@ from limits.runs import interrupts
 from limits import reproduction as rp
 from limits.runs import results as res
 
-EXPERIMENT = "reproduce"
+EXPERIMENT = rp.EXPERIMENT
 
 # Runs in the child before it becomes the step: ask the kernel to SIGTERM it when this parent
 # dies (even by SIGKILL), and give up if the parent is already gone; then exec the step.

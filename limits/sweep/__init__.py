@@ -6,6 +6,8 @@
 - :mod:`limits.sweep.store`: the run directory (``sweep.json`` manifest, per-process lock and
   append-only ``records.<p>.jsonl`` shards), repair and resume, :func:`collect`.
 - :mod:`limits.sweep.devices`: the device mesh and multi-host start-up.
+- :mod:`limits.sweep.config`: :class:`SweepConfig`, the ``sweep`` command's settings (each
+  field declares its flag).
 - :mod:`limits.sweep.engine`: :func:`run_sweep`, which runs any registered experiment over a
   grid (sharded, resumable); it imports no theorem module.
 - :mod:`limits.sweep.kinds`: one module per experiment (``toy``, ``gradient``,
@@ -28,12 +30,14 @@ from limits.sweep.devices import (MESH_AXIS, make_mesh, maybe_initialize_distrib
                                   select_devices)
 from limits.sweep.engine import Summary, float_dtype, results_block, run_sweep
 from limits.sweep import kinds  # registers every kind  # noqa: F401
+from limits.sweep.config import SweepConfig  # after the kinds: its help names them
 from limits.sweep.kinds.gradient import gradient_logits
 from limits.sweep.kinds.separability_sphere import separability_alpha, separability_points_key
 
 __all__ = [
     "EXPERIMENTS", "FORMAT", "MANIFEST", "MESH_AXIS", "Cell", "CellFn", "Experiment", "Grid",
-    "ShardReport", "Summary", "append_lines", "canonical_json", "cell_id", "collect", "describe",
+    "ShardReport", "Summary", "SweepConfig", "append_lines", "canonical_json", "cell_id",
+    "collect", "describe",
     "flat_rows", "float_dtype", "get_experiment", "gradient_logits", "grid_differences",
     "id_halves", "load_done", "load_grid_file", "make_manifest", "make_mesh",
     "manifest_differences", "maybe_initialize_distributed", "open_run", "parse_grid",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib
 import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -32,7 +33,9 @@ Overrides = Mapping[str, Any]  # config field (= flag name) -> value
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-  """One experiment run: its CLI ``module`` with config overrides, into ``OUT/<name>``.
+  """One experiment run: its CLI ``module`` with config overrides, into ``OUT/<name>``; the
+  module's config dataclass is :attr:`config` (:data:`CONFIGS`), whose fields the overrides
+  must be (:func:`check_plan`: one line at plan time for a misspelled one).
 
   ``full`` (the paper's settings) and ``quick`` (a few minutes on 2 CPU cores) map fields of
   the experiment's config dataclass (the CLI's flags of the same names) to values; the rest
@@ -49,6 +52,21 @@ class Step:
   quick: Overrides
   uses_model: bool = True
   reading: Optional[tuple[str, str, str]] = None
+
+  @property
+  def config(self) -> type:
+    """The experiment's config dataclass (:data:`CONFIGS`, imported on first use: the task
+    modules import JAX, ``reproduce --help`` does not)."""
+    module, _, name = CONFIGS[self.module].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# The config dataclass of each experiment CLI a step runs ("module:Class"): its fields are the
+# CLI's flags, so a step's overrides are checked against them (check_overrides).
+CONFIGS = {"experiments.gradient": "limits.gradient.task:GradientConfig",
+           "experiments.vanishing": "limits.vanishing:VanishingConfig",
+           "experiments.distance": "limits.distance.task:DistanceConfig",
+           "experiments.separability": "limits.separability.task:SeparabilityConfig"}
 
 
 STEPS = (
@@ -170,6 +188,29 @@ def step_overrides(step: Step, settings: Settings, ctx: Optional[int] = None) ->
     if settings.text:
       out["text"] = settings.text
   return out
+
+
+def check_overrides(step: Step, overrides: Overrides) -> None:
+  """One LimitsError line unless every override is a field of the step's config
+  (:attr:`Step.config`) with an allowed value (the field's ``choices`` and ``check``, as its
+  flag would say)."""
+  fields = {f.name: f for f in dataclasses.fields(step.config)}
+  for name, value in overrides.items():
+    if name not in fields:
+      raise LimitsError(f"step {step.name}: {name!r} is not a setting of {step.module} "
+                        f"({step.config.__name__}); allowed: {', '.join(sorted(fields))}")
+    md = options.metadata(fields[name])
+    if md.get("choices") and value not in md["choices"]:
+      raise LimitsError(f"step {step.name}: {name}={value!r}; allowed: "
+                        f"{', '.join(md['choices'])}")
+    if md.get("check") and not md["check"][0](value):
+      raise LimitsError(f"step {step.name}: {name}={value!r} must {md['check'][1]}")
+
+
+def check_plan(steps: Sequence[Step], settings: Settings) -> None:
+  """:func:`check_overrides` of every step's overrides (before any step runs)."""
+  for step in steps:
+    check_overrides(step, step_overrides(step, settings))
 
 
 def as_flags(overrides: Overrides) -> list[str]:

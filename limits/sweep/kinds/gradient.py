@@ -8,25 +8,25 @@ from __future__ import annotations
 import numpy as np
 
 from limits.errors import check
+from limits.runs import seeding
 from limits.sweep.registry import Experiment, register
 
-# Tag folded into the run key for the logits shared by every cell of a run (common random
-# numbers: cells that differ only in T, epsilon or logit_scale see the same Gaussian rows).
-_LOGITS_TAG = 0x6C6F6769   # "logi"
+# Stream of the logits shared by every cell of a run (common random numbers: cells that differ
+# only in T, epsilon or logit_scale see the same Gaussian rows); limits.runs.seeding.tagged.
+_LOGITS = "logi"
 
 
 def gradient_logits(run_key, rows: int, length: int, dtype=None):
   """The synthetic logit rows of the ``gradient`` experiment at unit scale: (rows, length)
-  standard Gaussians from ``fold_in(run_key, _LOGITS_TAG)`` (``gradient_rows.synthetic_rows``
+  standard Gaussians from ``seeding.tagged(run_key, "logi")`` (``gradient_rows.synthetic_rows``
   with scale 1), shared by every cell of a run; a cell's rows are ``logit_scale`` times these."""
-  import jax
   import jax.numpy as jnp
 
   from limits.gradient import rows as gradient_rows
 
   dtype = dtype or jnp.result_type(float)
-  return gradient_rows.synthetic_rows(jax.random.fold_in(run_key, _LOGITS_TAG), rows, length,
-                                      1.0, dtype)
+  return gradient_rows.synthetic_rows(seeding.tagged(run_key, _LOGITS), rows, length, 1.0,
+                                      dtype)
 
 
 def _gradient_fn(static, params, keys, run_key):
@@ -60,7 +60,7 @@ def _gradient_fn(static, params, keys, run_key):
   name = static["normalizer"]
   norm_fn = normalizers.get(name)
   T, eps, scale = params["temperature"], params["epsilon"], params["logit_scale"]  # (b,)
-  key_z = jax.random.fold_in(run_key, _LOGITS_TAG)
+  key_z = seeding.tagged(run_key, _LOGITS)
   R, L = static["rows"], static["length"]
 
   def one(t, e, c, key):

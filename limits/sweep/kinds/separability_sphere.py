@@ -6,17 +6,17 @@ AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 from __future__ import annotations
 
 from limits.errors import check
+from limits.runs import seeding
 from limits.sweep.registry import Experiment, register
 
-# Tags folded into the run key for data shared by every cell of a run (common random numbers:
-# cells that differ only in T or n see the same weights / points).
-_ALPHA_TAG = 0x616C7068    # "alph"
-_POINTS_TAG = 0x706F696E   # "poin"
+# Streams of the data shared by every cell of a run (common random numbers: cells that differ
+# only in T or n see the same weights / points); limits.runs.seeding.tagged.
+_ALPHA, _POINTS = "alph", "poin"
 
 
 def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0, dtype=None):
   """Weights (length,) of the ``separability_sphere`` experiment, from
-  ``fold_in(run_key, _ALPHA_TAG)``: "softmax" = softmax(g / T) of standard Gaussian logits g
+  ``seeding.tagged(run_key, "alph")``: "softmax" = softmax(g / T) of standard Gaussian logits g
   (as ``separability.synthetic_alpha``, but T may be traced), "zipf" and "uniform" via
   ``separability.synthetic_alpha``."""
   import jax
@@ -25,7 +25,7 @@ def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0,
   from limits import separability
 
   dtype = dtype or jnp.result_type(float)
-  key = jax.random.fold_in(run_key, _ALPHA_TAG)
+  key = seeding.tagged(run_key, _ALPHA)
   if kind == "softmax":
     g = jax.random.normal(key, (length,), dtype)
     return jax.nn.softmax(g / temperature)
@@ -39,9 +39,7 @@ def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0,
 def separability_points_key(run_key):
   """Key of the point sets: sample i uses ``fold_in(this, i)`` as ``separability.monte_carlo``
   does, so a cell's Monte Carlo equals ``monte_carlo(separability_points_key(key), ...)``."""
-  import jax
-
-  return jax.random.fold_in(run_key, _POINTS_TAG)
+  return seeding.tagged(run_key, _POINTS)
 
 
 def _separability_fn(static, params, keys, run_key):

@@ -199,12 +199,9 @@ def check_overrides(step: Step, overrides: Overrides) -> None:
     if name not in fields:
       raise LimitsError(f"step {step.name}: {name!r} is not a setting of {step.module} "
                         f"({step.config.__name__}); allowed: {', '.join(sorted(fields))}")
-    md = options.metadata(fields[name])
-    if md.get("choices") and value not in md["choices"]:
-      raise LimitsError(f"step {step.name}: {name}={value!r}; allowed: "
-                        f"{', '.join(md['choices'])}")
-    if md.get("check") and not md["check"][0](value):
-      raise LimitsError(f"step {step.name}: {name}={value!r} must {md['check'][1]}")
+    why = options.violation(fields[name], value)
+    if why:
+      raise LimitsError(f"step {step.name}: {why}")
 
 
 def check_plan(steps: Sequence[Step], settings: Settings) -> None:

@@ -91,6 +91,18 @@ def from_flag(field: dataclasses.Field, value: Any) -> Any:
   return value
 
 
+def violation(field: dataclasses.Field, value: Any) -> str | None:
+  """Why ``value`` is not allowed for ``field`` (its ``choices`` or ``check``), as ``NAME=VALUE
+  ...``; None when it is allowed. The one wording of a config value refused outside a command
+  line (a reproduction step's override, a sweep cell)."""
+  md = metadata(field)
+  if md.get("choices") and value not in md["choices"]:
+    return f"{field.name}={value!r}; allowed: {', '.join(md['choices'])}"
+  if md.get("check") and not md["check"][0](value):
+    return f"{field.name}={value!r} must {md['check'][1]}"
+  return None
+
+
 def metadata(field: dataclasses.Field) -> dict:
   """The command-line metadata of a config field (``cli`` False for a plain field)."""
   md = dict(field.metadata)

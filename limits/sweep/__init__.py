@@ -2,7 +2,8 @@
 
 - :mod:`limits.sweep.grid`: cells, grids, stable cell ids, ``--grid`` parsing.
 - :mod:`limits.sweep.registry`: :class:`Experiment` (a batched cell function with its
-  parameters and defaults) and the registry ``name -> Experiment``.
+  parameters and defaults), :class:`ConfigParameters` (a kind's parameters as fields of its
+  experiment's config dataclass) and the registry ``name -> Experiment``.
 - :mod:`limits.sweep.store`: the run directory (``sweep.json`` manifest, per-process lock and
   append-only ``records.<p>.jsonl`` shards), repair and resume, :func:`collect`.
 - :mod:`limits.sweep.devices`: the device mesh and multi-host start-up.
@@ -20,8 +21,8 @@ Everything callers use is importable from ``limits.sweep`` itself.
 
 from limits.sweep.grid import (Cell, Grid, canonical_json, cell_id, id_halves, load_grid_file,
                                parse_grid)
-from limits.sweep.registry import (EXPERIMENTS, CellFn, Experiment, describe, get_experiment,
-                                   register)
+from limits.sweep.registry import (EXPERIMENTS, CellFn, ConfigParameters, Experiment, describe,
+                                   get_experiment, register)
 from limits.sweep.store import (FORMAT, MANIFEST, ShardReport, append_lines, collect, flat_rows,
                                 grid_differences, load_done, make_manifest, manifest_differences,
                                 open_run, parse_record_line, read_manifest, read_shard,
@@ -35,7 +36,8 @@ from limits.sweep.kinds.gradient import gradient_logits
 from limits.sweep.kinds.separability_sphere import separability_alpha, separability_points_key
 
 __all__ = [
-    "EXPERIMENTS", "FORMAT", "MANIFEST", "MESH_AXIS", "Cell", "CellFn", "Experiment", "Grid",
+    "EXPERIMENTS", "FORMAT", "MANIFEST", "MESH_AXIS", "Cell", "CellFn", "ConfigParameters",
+    "Experiment", "Grid",
     "ShardReport", "Summary", "SweepConfig", "append_lines", "canonical_json", "cell_id",
     "collect", "describe",
     "flat_rows", "float_dtype", "get_experiment", "gradient_logits", "grid_differences",

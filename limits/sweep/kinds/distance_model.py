@@ -46,8 +46,9 @@ def _distance_model_fn(static, params, keys, run_key, data):
   The single implementation of ``experiments.distance``: ``distance.ModelEvaluator.head_stats``
   (the fast path ``distance_fast.layer_stats``, host NumPy sorting + jit) streams the group's
   corpus windows (W, L) through the model layer by layer, once per batch for every N of the
-  batch's cells, with x = value or key vectors or hidden states (AMBIG-7), every query t > N
-  with its causal prefix (AMBIG-8), in the sweep's float dtype (float64 with ``--x64``).
+  batch's cells, with x = value or key vectors, hidden states or token embeddings (AMBIG-7),
+  every query t > N with its causal prefix (AMBIG-8), in the sweep's float dtype (float64 with
+  ``--x64``).
   Per cell, over the n_layer * n_head heads (token-averaged first, Algorithm 1; the same
   reductions as ``distance_model.tabulate``'s summary rows): ``d_mean`` / ``expected_mean`` /
   ``dmax_mean`` (mean over heads of d̃ (sum form, AMBIG-1), its Jensen expectation

@@ -13,7 +13,9 @@ from ``--seed`` by these functions (issue 26, "one experiment protocol").
   the two uint32 halves of its cell id (so it depends on the seed and the cell's parameters
   only, never on its position or batch).
 - :func:`numpy_seed`: a NumPy seed drawn from a key (the key's last uint32 word), for host-side
-  sampling (``numpy.random.default_rng``).
+  sampling (``numpy.random.default_rng``; gradient's row subsample and g rows). A host stream
+  with no key before it takes the run seed itself (distance's KS head subsets,
+  ``limits.stats.head_subsets(..., seed)``).
 
 The rule writes down what the tasks and the sweep already did (cb9858c): no stream changed, so
 no reproduction or sweep number changed. JAX is imported on first use.

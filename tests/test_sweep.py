@@ -100,6 +100,9 @@ def test_kind_parameters_are_the_config_fields(kind, module):
   for name, default in CONFIG_DEFAULTS[kind].items():
     assert exp.defaults[name] == default and name in {f.name for f in
                                                       dataclasses.fields(step.config)}
+  line = next(l for l in sweep.describe().splitlines()
+              if l.startswith(f"  parameters of {step.config.__module__}:"))
+  assert step.config.__name__ in line  # --describe names the config the parameters are of
 
 
 @pytest.mark.parametrize("kind,cell,ok", [

@@ -201,6 +201,10 @@ def describe() -> str:
     lines.append(f"{name}: {exp.description}" + (
         " [host kind: one call per batch on each process's default device]" if exp.host else ""))
     static = set(exp.static_names())
+    if isinstance(exp.defaults, ConfigParameters):
+      lines.append(f"  parameters of {exp.defaults.config_path}" + "".join(
+          f"; {p}: one value of {f}" for p, (f, _) in exp.defaults.elements.items()) + (
+          f"; the kind's own: {', '.join(exp.defaults.own)}" if exp.defaults.own else ""))
     for p, v in exp.defaults.items():
       lines.append(f"  {p} = {v!r}" + ("  (static: one compile per value)" if p in static else ""))
     grid = ";".join(f"{k}={','.join(f'{x:g}' if isinstance(x, float) else str(x) for x in vs)}"

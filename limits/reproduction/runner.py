@@ -81,12 +81,15 @@ def records_env(out: Path) -> dict[str, str]:
   return env
 
 
-def remove_records(out: Path, status) -> None:
-  """Deletes ``OUT/records`` once every step succeeded (a failed or interrupted run keeps it,
-  so a rerun reads its records instead of recomputing them)."""
+def remove_records(out: Path, status, names=None) -> None:
+  """Deletes ``OUT/records`` once every step of the plan succeeded (a failed or interrupted
+  run keeps it, and so does a run of part of the plan, ``--only``: a rerun, or the run of the
+  other steps, reads its records instead of recomputing them). ``names``: the steps of the
+  whole plan (default :data:`limits.reproduction.STEP_NAMES`)."""
   import shutil
 
-  if all(st.get("status") == "ok" for st in status.values()):
+  names = rp.STEP_NAMES if names is None else names
+  if all(status.get(n, {}).get("status") == "ok" for n in names):
     shutil.rmtree(out / RECORDS, ignore_errors=True)
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from limits.runs import interrupts, options, parsing
+from limits.runs import interrupts, options, parsing, seeding
 from limits.errors import LimitsError
 from limits.gradient.rows import (run_temperature, synthetic_rows)
 
@@ -229,7 +229,6 @@ class Rows:
 def load_rows(p: Plan, k_rows, k_sub) -> Rows:
   """The run's rows: :func:`synthetic_rows` (every row exact) or :func:`model_rows` (a seeded
   subsample of ``rows`` rows exact, from ``k_sub``)."""
-  import jax
 
   c = p.config
   groups = n_groups = None
@@ -247,7 +246,7 @@ def load_rows(p: Plan, k_rows, k_sub) -> Rows:
     layer = np.asarray(meta["layer"])
     groups = layer * n_head + np.asarray(meta["head"])  # (R,)
     n_groups = int(groups.max()) + 1
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(k_sub)).ravel()[-1])
+    rng = np.random.default_rng(seeding.numpy_seed(k_sub))
     exact_idx = np.sort(rng.choice(rows.shape[0], min(c.rows, rows.shape[0]), replace=False))
     source_info.update({"model": model.info(), "windows": c.windows,
                         "native_temperature": model.native_temperature})
@@ -280,7 +279,7 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
 
   c, name, params, dtype = p.config, p.normalizer, p.params, p.dtype
   temps, epsilons = p.temperatures, p.epsilons
-  k_rows, k_sub, k_dir = jax.random.split(jax.random.key(c.seed), 3)
+  k_rows, k_sub, k_dir = seeding.streams(c.seed, 3)  # limits.runs.seeding: the one rule
   src = load_rows(p, k_rows, k_sub)
   rows, mask, exact_idx, groups = src.rows, src.mask, src.exact_idx, src.groups
   L = rows.shape[-1]
@@ -297,7 +296,7 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
 
   check_temperature_range(temps, rows, mask, epsilons, dtype)
   # g(T, eps) on a seeded sample: fd_rows per (layer, head) (model) or in all (synthetic).
-  fd_seed = int(np.asarray(jax.random.key_data(jax.random.fold_in(k_sub, 1))).ravel()[-1])
+  fd_seed = seeding.numpy_seed(jax.random.fold_in(k_sub, 1))
   fd_groups = groups if groups is not None else np.zeros(rows.shape[0], int)
   fd_idx = sensitivity.sample_rows(fd_groups, c.fd_rows, fd_seed)  # (S,)
   sampling = {"fd_rows": int(fd_idx.size), "of_rows": int(rows.shape[0]),

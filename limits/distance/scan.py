@@ -47,7 +47,8 @@ class ScanSamples:
   over the windows as the hook path averages them.
   """
 
-  def __init__(self, evaluator, tokens, n_max: int, *, cache_bytes: int | None = None):
+  def __init__(self, evaluator, tokens, n_max: int, *, cache_bytes: int | None = None,
+               pad_to: int = 8):
     self.ev = evaluator
     self.tokens = jnp.asarray(tokens, jnp.int32)
     W, L = self.tokens.shape
@@ -64,6 +65,7 @@ class ScanSamples:
     budget = evaluator.cache_bytes if cache_bytes is None else cache_bytes
     self._keep = W * c.n_layer * per_layer <= budget
     self._cache = None
+    self.pad_to = max(1, int(pad_to))  # calls padded to a multiple of it: one compile per L
 
   def _prepared(self, w: int):
     """[(weights (G, L, L), x (G, L, d), top, window)] of window w's layers, on the device."""
@@ -92,7 +94,8 @@ class ScanSamples:
     ns = [int(n) for n in ns]
     if not ns or min(ns) < 1 or max(ns) > self.n_max:
       raise LimitsError(f"scan Ns {ns} must lie in [1, {self.n_max}]")
-    nsj = jnp.asarray(ns, jnp.int32)
+    K = len(ns)
+    nsj = jnp.asarray(ns + [ns[-1]] * (-K % self.pad_to), jnp.int32)
     per_window = []
     for layers in self._windows():
       outs = [kernels.layer_kernel(wj, xj, nsj, kmax=self.kmax, inclusion=self.ev.inclusion,
@@ -113,5 +116,5 @@ class ScanSamples:
     means = {}
     for name, parts in sums.items():  # per window token averages, then the mean over windows
       per = [np.where(c > 0, v / np.maximum(c, 1), np.nan) for c, v in zip(cnt, parts)]
-      means[name] = sum(per) / len(per)
+      means[name] = (sum(per) / len(per))[:, :K]
     return means

@@ -130,7 +130,7 @@ SCAN_HEADS, SCAN_DRAWS = 144, 5  # the paper's GPT-2 head count; seeded subsampl
 
 
 def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: int = 0,
-                 n_max: int | None = None):
+                 n_max: int | None = None, batch: int = 8):
   """The KS samples of Algorithm 3's ascending scan, as a function of a list of Ns (each at
   most ``n_max``, default L − 1).
 
@@ -152,7 +152,7 @@ def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: in
   groups = stats.group_representatives(c.n_layer, c.n_head, getattr(c, "n_kv_head", c.n_head),
                                        seed)
 
-  samples = ScanSamples(evaluator, tokens, n_max or (np.shape(tokens)[-1] - 1))
+  samples = ScanSamples(evaluator, tokens, n_max or (np.shape(tokens)[-1] - 1), pad_to=batch)
 
   def pvalues(ns):
     means = samples(ns)
@@ -217,7 +217,7 @@ def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush, m
         t1 = time.perf_counter()
         n_scan = scan_n_max(L, config.scan_max_n)
         fn, sample = scan_pvalues(evaluator, tokens, model_config, form=config.form,
-                                  seed=config.seed, n_max=n_scan)
+                                  seed=config.seed, n_max=n_scan, batch=config.batch)
         # Stops once the printed E's first pass window settled (or at N_max); the reconstructed
         # E's critical N is the search's above (its first pass sits near 0.8·L, AMBIG-18), its
         # p-values are recorded along.

@@ -28,13 +28,15 @@ def _hook_path(ev, tok, ns):
 @pytest.mark.parametrize("L,cache,batches", [
     (40, 1 << 30, ([1, 2, 3, 4], [5, 6, 7, 8], [20, 33, 38, 39])),
     (40, 0, ([1, 2, 3, 4], [5, 6, 7, 8], [20, 33, 38, 39])),
+    (40, 1 << 17, ([1, 2, 3, 4], [5, 6, 7, 8], [20, 33, 38, 39])),
     # N > 128: the hook path sorted on the host (22 s on 2 loaded cores: slow)
     pytest.param(140, 1 << 30, ([2, 9], [129, 133, 139]), marks=pytest.mark.slow)])
 def test_fast_scan_equals_the_hook_path_on_a_random_model(L, cache, batches):
   """Random GPT-2 (2 layers × 3 heads, d_head = 8), 2 windows, float64: the per-head token
   averages of d̃ (both forms), E and the printed E agree with the hook path to 1e-10 relative
   (float64; the two paths sum the same terms in another order) for every N of three batches,
-  with the records kept between batches and without (cache 0: read and select again), and
+  with the records kept between batches and without (cache 0: read and select again; 128 KiB:
+  read again, the selection order kept), and
   above N = 128 where the hook path took the host sort and thresholds."""
   with jax.enable_x64(True):
     params = gpt2.init_params(jax.random.key(3), CONFIG, dtype=np.float64)
@@ -42,11 +44,14 @@ def test_fast_scan_equals_the_hook_path_on_a_random_model(L, cache, batches):
     tok = np.random.default_rng(4).integers(0, CONFIG.vocab_size, (2, L)).astype(np.int32)
     n_max = L - 1
     fast = ScanSamples(ev, tok, n_max, cache_bytes=cache)
-    assert fast._keep == (cache > 0)
+    assert fast._keep == (cache > 1 << 20)
+    if cache == 1 << 17:  # records read again per batch, the selection order kept
+      assert fast._keep_top
     for ns in batches:
       got, ref = fast(ns), _hook_path(ev, tok, ns)
       for key, v in ref.items():
         np.testing.assert_allclose(got[key], v, rtol=1e-10, atol=1e-12, err_msg=f"{key} {ns}")
+    assert bool(fast._tops) == (cache == 1 << 17)  # the order kept apart only there
     assert np.isnan(fast([L - 1])["d_sum"]).sum() == 0  # t = L - 1 > N counts
 
 

@@ -10,8 +10,10 @@ call per layer (``lean``: only the quantities above; ``top``: the kept order), d
 without waiting, and one transfer to the host per batch. Same values as the hook path
 (``ModelEvaluator.head_stats`` with a ``PrintedExpectations`` hook): tests/test_distance_scan.py.
 
-Where the kept records do not fit in ``cache_bytes``, each batch reads the records again (from
-the records store or a forward) and selects again: same values, more time.
+Where the kept records do not fit in ``cache_bytes`` (the evaluator's, 3 GB by default),
+each batch reads the records again (from the records store or a forward) and reuses the kept
+selection order (int32, (kmax + 1)/L of the weights' size) when that fits, else selects again:
+same values, more time.
 """
 
 from __future__ import annotations
@@ -61,20 +63,29 @@ class ScanSamples:
     c = evaluator.config
     d = c.d_head if evaluator.vectors in ("value", "key") else c.n_embd
     k = min(self.kmax + 1, L)
-    per_layer = c.n_head * L * (L * 4 + d * self.dtype.itemsize + k * 4)
+    top_bytes = W * c.n_layer * c.n_head * L * k * 4
+    per_layer = c.n_head * L * (L * 4 + d * self.dtype.itemsize)
     budget = evaluator.cache_bytes if cache_bytes is None else cache_bytes
-    self._keep = W * c.n_layer * per_layer <= budget
+    self._keep = W * c.n_layer * per_layer + top_bytes <= budget
+    # Records too large to keep: the selection order alone is kept when it fits (the records
+    # are read again per batch, the rows not selected again).
+    self._keep_top = top_bytes <= budget
     self._cache = None
+    self._tops: dict[int, list] = {}
     self.pad_to = max(1, int(pad_to))  # calls padded to a multiple of it: one compile per L
 
   def _prepared(self, w: int):
     """[(weights (G, L, L), x (G, L, d), top, window)] of window w's layers, on the device."""
     all_ns = jnp.arange(1, self.n_max + 1, dtype=jnp.int32)
-    out = []
-    for wts, x, win in self.ev._layers(self.tokens[w:w + 1], self.dtype, cast_weights=False):
+    out, tops = [], self._tops.get(w)
+    for i, (wts, x, win) in enumerate(self.ev._layers(self.tokens[w:w + 1], self.dtype,
+                                                       cast_weights=False)):
       wj, xj, _, _ = kernels._device_arrays(wts, x, self.dtype)
-      top = kernels.layer_top(wj, all_ns, kmax=self.kmax, blocks=self.blocks, window=win)
+      top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
+                                                   blocks=self.blocks, window=win)
       out.append((wj, xj, top, win))
+    if self._keep_top and not tops:
+      self._tops[w] = [layer[2] for layer in out]
     return out
 
   def _windows(self):

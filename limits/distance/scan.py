@@ -84,7 +84,7 @@ class ScanSamples:
       top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
                                                    blocks=self.blocks, window=win)
       out.append((wj, xj, top, win))
-    if self._keep_top and not tops:
+    if self._keep_top and not self._keep and not tops:
       self._tops[w] = [layer[2] for layer in out]
     return out
 

@@ -52,7 +52,9 @@ class DistanceConfig:
   search: str = options.option("bisect", "critical_n: search over N.", choices=("bisect", "scan"))
   batch: int = options.option(8, "critical_n: Ns evaluated per forward pass.",
                               check=options.POSITIVE_INT)
-  max_n: int | None = options.option(None, "critical_n: largest N searched (default L-1).",
+  max_n: int | None = options.option(None, "critical_n: largest N of the bisection search "
+                                     "(reconstructed E; default L-1); the scan's is "
+                                     "--scan_max_n.",
                                      check=options.POSITIVE_INT)
   scan_max_n: int | None = options.option(
       None, "critical_n: largest N of Algorithm 3's ascending scan (printed E); default "

@@ -41,15 +41,19 @@ class RowBlocks:
 
   @classmethod
   def from_arrays(cls, rows, mask) -> "RowBlocks":
-    """One block: rows (R, L) (NumPy or JAX), mask (R, L) bool."""
-    shape = tuple(rows.shape)
-    return cls(shape[0], shape[1], rows.dtype, lambda: iter([(0, rows, mask)]))
+    """One block: rows (R, L), mask (R, L) bool (JAX arrays are copied to the host once)."""
+    import jax
+
+    rows, mask = (np.asarray(jax.device_get(a)) for a in (rows, mask))
+    return cls(rows.shape[0], rows.shape[1], rows.dtype,
+               lambda: iter([(0, rows, mask.astype(bool, copy=False))]))
 
   @classmethod
   def from_model(cls, model, tokens, layers=None, *,
-                 memory_bytes: int = MEMORY_BYTES) -> "RowBlocks":
+                 memory_bytes: int | None = None) -> "RowBlocks":
     """The rows of ``sources.model_logit_rows`` for the windows ``tokens`` (n, L), one
-    (window, layer) block of H·L rows at a time, in that function's row order."""
+    (window, layer) block of H·L rows at a time, in that function's row order; kept after
+    the first pass when they fit in ``memory_bytes`` (None: :data:`MEMORY_BYTES`)."""
     from limits import records
     from limits.records import sources
 
@@ -58,7 +62,7 @@ class RowBlocks:
     n_rows = meta["query"].size
     stack = contextlib.ExitStack()
     kept_blocks: list = []
-    keep = n_rows * length * 4 <= memory_bytes
+    keep = n_rows * length * 4 <= (MEMORY_BYTES if memory_bytes is None else memory_bytes)
     store = None if keep else stack.enter_context(records.session_store())
 
     def passes():
@@ -76,7 +80,7 @@ class RowBlocks:
     return out
 
   def blocks(self):
-    """A new pass: ``(start, rows (n, L), mask (n, L))`` for consecutive row ranges."""
+    """A new pass: ``(start, rows (n, L), mask (n, L))`` NumPy, for consecutive row ranges."""
     return self._passes()
 
   def gather(self, *indices):
@@ -86,7 +90,6 @@ class RowBlocks:
     out = [(np.zeros((len(ix), self.length), self.dtype), np.zeros((len(ix), self.length), bool))
            for ix in indices]
     for start, rows, mask in self.blocks():
-      rows, mask = np.asarray(rows), np.asarray(mask, bool)
       stop = start + rows.shape[0]
       for lo in range(0, rows.shape[0], 8192):  # row chunks: no block-sized temporary
         x = np.where(mask[lo:lo + 8192], rows[lo:lo + 8192], 0)

@@ -188,7 +188,11 @@ def _decide_fn(n: int, rtol: float):
   return jax.jit(fn)
 
 
-NEWTON_CHUNKS = 8  # Newton's chunks of pairs per jitted call
+NEWTON_CHUNKS = 8  # Newton's chunks of pairs per jitted call (a power of two)
+
+
+def _pow2(n: int) -> int:
+  return 1 << max(0, int(n - 1).bit_length())
 
 
 @functools.lru_cache(maxsize=None)
@@ -234,8 +238,8 @@ def _newton_pairs_fn(width: int, chunk: int, size: int, dtype_name: str, max_ite
 
 class _Pairs:
   """One span group's undecided (row, T) pairs, in (row, T) order, gathered block by block
-  and sent to Newton ``size`` at a time; the last call is padded with the group's first row
-  at T index 0, the padding of the all-rows path (``ok`` False)."""
+  and sent to Newton ``size`` at a time; the last call (a power of two of chunks) is padded
+  with the group's first row at T index 0, the padding of the all-rows path (``ok`` False)."""
 
   def __init__(self, screen, width, rows, k, lem, first, consts):
     self.s, self.w = screen, width
@@ -265,6 +269,7 @@ class _Pairs:
       self._send(min(self.n_buf, self.size))
 
   def _send(self, n):
+    """Newton on the next n buffered pairs, padded to a power-of-two number of chunks."""
     import jax
 
     l = np.concatenate([b[0] for b in self.buf])
@@ -272,16 +277,17 @@ class _Pairs:
     rest_l, rest_m = l[n:], m[n:]
     self.buf = [(rest_l, rest_m)] if len(rest_l) else []
     self.n_buf = len(rest_l)
-    pad = self.size - n
+    size = self.chunk * _pow2(-(-n // self.chunk))  # <= self.size
+    pad = size - n
     fl, fm = self.first
     l = np.concatenate([l[:n], np.broadcast_to(fl, (pad, self.w))])
     m = np.concatenate([m[:n], np.broadcast_to(fm, (pad, self.w))])
     sl = slice(self.done, self.done + n)
     k = np.concatenate([self.k[sl], np.zeros(pad, self.k.dtype)])
     lem = np.concatenate([self.lem[sl], np.full(pad, self.lem[0])])
-    ok = np.arange(self.size) < n
+    ok = np.arange(size) < n
     self.done += n
-    fn = _newton_pairs_fn(self.w, self.chunk, self.size, self.s.dtype.name, self.s.max_iters,
+    fn = _newton_pairs_fn(self.w, self.chunk, size, self.s.dtype.name, self.s.max_iters,
                           self.s.rtol)
     counts, max_k, nan_k = jax.device_get(fn(*jax.device_put((l, m, k, lem, ok)),
                                              *self.consts))
@@ -328,19 +334,21 @@ class Screen:
     λ₀/T per T over every row."""
     import jax
     import jax.numpy as jnp
+    from jax import lax
 
     dt = self.dtype
     parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n, lem, valid)]
     first: dict = {}
     max_lo = np.full(K, -np.inf, dt)
     for start, rows, mask in self.source.blocks():
-      host_mask = np.asarray(mask, bool)
+      host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
       rows_d, mask_d = jax.device_put((rows, host_mask))
       for idx, w in sensitivity.span_groups(host_mask):
         chunk = max(1, self.block_elems // (K * w))
         out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
                                                             self._padded(idx, chunk), Td)
-        parts.setdefault(w, []).append((start + idx,) + tuple(o[:idx.size] for o in out[:4]))
+        parts.setdefault(w, []).append(
+            (start + idx,) + tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:4]))
         max_lo = np.maximum(max_lo, np.asarray(jax.device_get(out[4])))
         if w not in first:
           first[w] = (np.asarray(rows[idx[0], :w]), host_mask[idx[0], :w])

@@ -20,9 +20,13 @@ labels name the options of docs/ambiguities.md) and :func:`run` measures:
 
 Synthetic source: ``rows`` rows of length ``length``, i.i.d. N(0, σ²) with σ = ``logit_scale``
 (:func:`synthetic_rows`, shared with the ``gradient`` sweep kind), all visible. Model source:
-``limits.records.sources.model_logit_rows`` (raw q·k of every layer, head and query with the causal
-mask). The measurements at one temperature: :mod:`limits.gradient.rows`; the table and the
-output files: :mod:`limits.gradient.report`. The run records measurements only; the claims
+the rows of ``limits.records.sources.model_logit_rows`` (raw q·k of every layer, head and query
+with the causal mask), read one (window, layer) block at a time (:mod:`limits.gradient.blocks`:
+the mask is built per block from the layer's pattern, the rows are re-read from the records
+store on each pass when they do not fit in memory, so the step's memory is one block plus a
+few numbers per (row, T), not the (R, L) matrix: 4.5 GB at SmolLM2 paper settings). The
+measurements at one temperature: :mod:`limits.gradient.rows`; the table and the output files:
+:mod:`limits.gradient.report`. The run records measurements only; the claims
 (docs/claims.md) are judged by ``limits.claims``.
 """
 

@@ -8,7 +8,9 @@
   windows from the start of the body (AMBIG-6).
 - :func:`model_logit_rows` returns the raw q·k attention logits of every layer, head and query
   with the causal mask (AMBIG-12: the model's own temperature on this scale is √d_head, 8 for
-  GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources.
+  GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources;
+  :func:`iter_logit_blocks` gives the same rows one (window, layer) at a time, with
+  :func:`logit_row_meta` saying which row is which (no (R, L) array).
 
 AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 """

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from limits.runs import interrupts, options, parsing
+from limits.runs import interrupts, options, parsing, seeding
 from limits.errors import LimitsError
 from limits.gradient.rows import (run_temperature, synthetic_rows)
 
@@ -233,7 +233,6 @@ class Rows:
 def load_rows(p: Plan, k_rows, k_sub) -> Rows:
   """The run's rows: :func:`synthetic_rows` (every row exact) or :func:`model_rows` (a seeded
   subsample of ``rows`` rows exact, from ``k_sub``)."""
-  import jax
 
   from limits.gradient.blocks import RowBlocks
 
@@ -251,7 +250,7 @@ def load_rows(p: Plan, k_rows, k_sub) -> Rows:
     n_head = model.config.n_head
     groups = meta["layer"] * n_head + meta["head"]  # (R,)
     n_groups = int(groups.max()) + 1
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(k_sub)).ravel()[-1])
+    rng = np.random.default_rng(seeding.numpy_seed(k_sub))
     exact_idx = np.sort(rng.choice(blocks.n_rows, min(c.rows, blocks.n_rows), replace=False))
     source_info.update({"model": model.info(), "windows": c.windows,
                         "native_temperature": model.native_temperature})
@@ -273,9 +272,7 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   there, not recomputed. Each batch is independent of the others (its own direction key
   ``fold_in(k_dir, first index)``), so the results equal an uninterrupted run's.
   """
-  import jax
-
-  k_rows, k_sub, k_dir = jax.random.split(jax.random.key(p.config.seed), 3)
+  k_rows, k_sub, k_dir = seeding.streams(p.config.seed, 3)  # limits.runs.seeding: the one rule
   src = load_rows(p, k_rows, k_sub)
   with src.blocks:
     return _run(p, src, k_sub, k_dir, checkpoint, log, units)
@@ -307,7 +304,7 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
       f"T values={len(temps)} eps={epsilons} dtype={np.dtype(dtype).name}")
 
   # g(T, eps) on a seeded sample: fd_rows per (layer, head) (model) or in all (synthetic).
-  fd_seed = int(np.asarray(jax.random.key_data(jax.random.fold_in(k_sub, 1))).ravel()[-1])
+  fd_seed = seeding.numpy_seed(jax.random.fold_in(k_sub, 1))
   fd_groups = groups if groups is not None else np.zeros(R, int)
   fd_idx = sensitivity.sample_rows(fd_groups, c.fd_rows, fd_seed)  # (S,)
   # One pass: the largest logit, the exact rows (X, L) and the sampled rows (S, L).

@@ -179,7 +179,8 @@ def main(argv):
         "(median [min–max]); extra = peak RSS over the run's start")
   for r in rows:
     med = {n: statistics.median(v) for n, v in r["seconds"].items()}
-    parts = [f"L={r['L']}"] + [f"{n} {med[n]:.2f} s (+{r['extra_mb'][n]:.0f} MB)" for n in med]
+    parts = [f"L={r['L']}"] + [f"{n} {med[n]:.2f} s = {r['L'] / med[n]:.0f} tokens/s "
+                               f"(+{r['extra_mb'][n]:.0f} MB)" for n in med]
     for name in ("ours", "ours_stream"):
       q = r.get(f"ratio_{name}")
       if q:

@@ -27,59 +27,52 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import app
 
 from limits import cli
 from limits.claims import compare, value_diff
+from limits.cli import shared_flags as cli_flags
 from limits.errors import LimitsError
 from limits.runs.results import atomic_write_text
 
-FLAGS = flags.FLAGS
+
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  flags.DEFINE_multi_string("run", [], "LABEL=DIR of a reproduction run (repeat, at least one; "
-                            "with --values, two runs of reproduce or of any one experiment).")
-  flags.DEFINE_string("out", "", "Write the markdown here instead of printing it.")
-  flags.DEFINE_bool("values", False, "Compare two runs' recorded values file by file instead "
-                    "of their claim tables.")
-  flags.DEFINE_string("figures", "", "Also draw Figs. 2a, 2b, 2c, 3, 4 with every run's curves, "
-                      "the sink shares by layer and the verdict map into this folder (PNG files).")
-  flags.DEFINE_integer("width", 90, "Longest 'measured' cell, in characters.")
-  flags.register_validator("width", lambda v: v is not None and v >= 20,
-                           message="--width must be an integer >= 20")
+  cli_flags.define_config_flags(compare.CompareConfig)
 
 
 def main(argv):
   del argv
-  if not FLAGS.run:
+  c = cli_flags.config_from_flags(compare.CompareConfig)
+  if not c.run:
     raise LimitsError("give at least one --run=LABEL=DIR (a reproduce --out_dir)")
   specs = []
-  for spec in FLAGS.run:
+  for spec in c.run:
     label, sep, path = spec.partition("=")
     if not sep or not label or not path:
       raise LimitsError(f"--run={spec!r} must be LABEL=DIR, e.g. --run=SmolLM2=runs/smollm2")
     specs.append((label, path))
-  if FLAGS.values and FLAGS.figures:
+  if c.values and c.figures:
     raise LimitsError("--figures draws reproduction runs' claims and curves; it cannot be "
                       "combined with --values")
-  if FLAGS.values:
+  if c.values:
     if len(specs) != 2:
       raise LimitsError(f"--values compares exactly two runs; got {len(specs)} --run")
     text = value_diff.render(value_diff.diff_runs(*specs), (specs[0][0], specs[1][0]))
   else:
-    text = compare.side_by_side([compare.load_run(*s) for s in specs], width=FLAGS.width)
-  if FLAGS.out:
-    atomic_write_text(FLAGS.out, text)
+    text = compare.side_by_side([compare.load_run(*s) for s in specs], width=c.width)
+  if c.out:
+    atomic_write_text(c.out, text)
   else:
     print(text, end="")
-  if FLAGS.figures:
+  if c.figures:
     from limits.claims import figures as plot_compare
 
     try:
-      paths = plot_compare.draw(specs, FLAGS.figures)
+      paths = plot_compare.draw(specs, c.figures)
     except OSError as e:
-      raise LimitsError(f"--figures={FLAGS.figures!r}: cannot write there ({e.strerror or e})")
+      raise LimitsError(f"--figures={c.figures!r}: cannot write there ({e.strerror or e})")
     print("figures: " + ", ".join(str(p) for p in paths), file=sys.stderr)
 
 

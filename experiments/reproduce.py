@@ -24,47 +24,33 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import app
 
 from limits import cli
 from limits.cli import shared_flags as cli_flags
 from limits import reproduction as rp
 from limits.reproduction import runner
-from limits.errors import LimitsError
 from limits.runs import results
 
-FLAGS = flags.FLAGS
 EXPERIMENT = runner.EXPERIMENT
-DEFAULTS = {"model": "tiny", "data_dir": None, "text": None, "windows": None, "seed": 0,
-            "out_dir": None}
+
+
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  cli_flags.define_corpus_flags(
-      DEFAULTS, model=cli_flags.MODEL_HELP,
-      windows="Corpus windows per length (default 1 quick, 4 full).")
-  cli_flags.define_run_flags(DEFAULTS, EXPERIMENT, seed="Seed passed to every step.")
-  flags.DEFINE_bool("quick", False, "Small grids (about 13 min for the embedded model's 16 "
-                    "steps on 2 idle CPU cores).")
-  flags.DEFINE_string("only", "", "Comma-separated step names to run (default all).")
-  flags.DEFINE_bool("resume", True, "Skip steps whose results.json is a finished run with the "
-                    "same settings.")
+  cli_flags.define_config_flags(rp.Settings)
+
 
 EXIT_STEP_FAILED = 1
 
 
 def main(argv):
   del argv
-  only = [s for s in (x.strip() for x in FLAGS.only.split(",")) if s]
-  unknown = [s for s in only if s not in rp.STEP_NAMES]
-  if unknown:
-    raise LimitsError(f"--only has unknown step(s) {unknown}; allowed: "
-                      f"{', '.join(rp.STEP_NAMES)}")
-  settings = rp.Settings(model=FLAGS.model, quick=FLAGS.quick, seed=FLAGS.seed,
-                         windows=FLAGS.windows, data_dir=FLAGS.data_dir, text=FLAGS.text)
+  settings = cli_flags.config_from_flags(rp.Settings)  # an unknown --only step: one line
   run_config = results.run_identity()  # the command's settings, less the execution-only flags
-  steps = [s for s in rp.STEPS if not only or s.name in only]
-  out, status = runner.reproduce(steps, settings, FLAGS.out_dir, run_config, resume=FLAGS.resume)
+  steps = [s for s in rp.STEPS if not settings.only or s.name in settings.only]
+  out, status = runner.reproduce(steps, settings, settings.out_dir, run_config,
+                                 resume=settings.resume)
   print(f"report: {out / 'report.md'}")
   failed = {n: st for n, st in status.items() if st["status"] != "ok"}
   if failed:

@@ -29,41 +29,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from absl import app, flags
+from absl import app
 
 from limits import cli, sweep
+from limits.cli import shared_flags as cli_flags
 from limits.runs import results
 
-FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """Defines this CLI's flags and their validators (called only when run as a program, so
   every experiments module can be imported beside the others)."""
-  flags.DEFINE_string("experiment", "gradient",
-                      f"registered experiment: {', '.join(sorted(sweep.EXPERIMENTS))}")
-  flags.DEFINE_string("grid", None, "grid axes 'NAME=v1,v2;NAME2=...' (default: the experiment's)")
-  flags.DEFINE_string("config", None, "grid JSON file (instead of --grid)")
-  flags.DEFINE_integer("devices", 0, "number of devices to use (the first k); 0 = all")
-  flags.DEFINE_boolean("resume", True, "continue a matching run in --out_dir; --noresume refuses "
-                       "a non-empty --out_dir")
-  flags.DEFINE_integer("batch_size", 8, "cells per device per step")
-  flags.DEFINE_integer("seed", 0, "run seed; cell keys are fold_in(key(seed), cell id)")
-  flags.DEFINE_boolean("x64", False, "compute in float64")
-  flags.DEFINE_string("out_dir", None, "run directory (default results/sweep_<experiment>/<time>)")
-  flags.DEFINE_boolean("progress", True, "show a progress bar with rate and ETA")
-  flags.DEFINE_boolean("describe", False, "print the experiments, their parameters and default "
-                       "grids, then exit")
-
-  flags.register_validator(
-      "experiment", lambda v: v in sweep.EXPERIMENTS,
-      message=f"unknown experiment; choose from {', '.join(sorted(sweep.EXPERIMENTS))}")
-  flags.register_validator("batch_size", lambda v: v is not None and v >= 1,
-                           message="--batch_size must be a positive integer")
-  flags.register_validator("devices", lambda v: v is not None and v >= 0,
-                           message="--devices must be >= 0 (0 = all devices)")
-  flags.register_multi_flags_validator(
-      ["grid", "config"], lambda d: not (d["grid"] and d["config"]),
-      message="give either --grid or --config, not both")
+  cli_flags.define_config_flags(sweep.SweepConfig)
 
 
 LARGE_GRID = 100_000
@@ -79,39 +55,40 @@ def warn_large_grid(n_cells: int | None) -> None:
 
 def main(argv):
   del argv
-  if FLAGS.describe:
+  c = cli_flags.config_from_flags(sweep.SweepConfig)
+  if c.describe:
     print(sweep.describe())
     return 0
   sweep.maybe_initialize_distributed()
-  cli.setup_precision(FLAGS.x64)
+  cli.setup_precision(c.x64)
   import jax
 
-  exp = sweep.get_experiment(FLAGS.experiment)
-  if FLAGS.grid:
-    grid = sweep.parse_grid(FLAGS.grid)
-  elif FLAGS.config:
-    grid = sweep.load_grid_file(FLAGS.config)
+  exp = sweep.get_experiment(c.experiment)
+  if c.grid:
+    grid = sweep.parse_grid(c.grid)
+  elif c.config:
+    grid = sweep.load_grid_file(c.config)
   else:
     grid = None
   warn_large_grid(len(grid) if grid is not None else None)
   grid = exp.make_grid(grid)
-  sweep.select_devices(FLAGS.devices or None)  # one-line error before anything is written
+  sweep.select_devices(c.devices or None)  # one-line error before anything is written
   # Writable and locked (one sweep per folder and process index) before any cell is computed;
   # whether the folder holds another sweep is the manifest's check (sweep.json).
-  out = results.prepare_out_dir(FLAGS.out_dir, f"sweep_{exp.name}", check_identity=False,
+  out = results.prepare_out_dir(c.out_dir, f"sweep_{exp.name}", check_identity=False,
                                 lock_tag=str(jax.process_index()))
   lead = jax.process_index() == 0
   if lead:
     print(f"sweep: {exp.name}, {len(grid)} cells; run directory {out}", flush=True)
-  summary = sweep.run_sweep(exp, grid, out, seed=FLAGS.seed, batch_size=FLAGS.batch_size,
-                            devices=FLAGS.devices or None, resume=FLAGS.resume,
-                            progress=FLAGS.progress)
+  summary = sweep.run_sweep(exp, grid, out, seed=c.seed, batch_size=c.batch_size,
+                            devices=c.devices or None, resume=c.resume,
+                            progress=c.progress)
   if not lead:
     return 0
   records = sweep.collect(out)
   csv_path = results.write_csv(Path(out) / "records.csv", sweep.flat_rows(records))
   results.write_results(out, "sweep", results.run_identity(),
-                        sweep.results_block(exp, summary, records, csv_path.name), seed=FLAGS.seed)
+                        sweep.results_block(exp, summary, records, csv_path.name), seed=c.seed)
   print(f"sweep: {summary.computed} cells computed, {summary.done_before} already done, "
         f"{len(records)}/{summary.n_cells} recorded, {summary.seconds:.1f} s on "
         f"{summary.devices} device(s)", flush=True)

@@ -387,6 +387,49 @@ def test_critical_n_e_form_reading_and_pass_window():
   assert a.verdict == H and a.label.startswith("flips under AMBIG-18 (E reconstructed")
 
 
+def _capped_scan(first, L, n_max, stop=None):
+  """A scan entry (printed E) over N = 1 … stop (default n_max) with its first pass at
+  ``first`` (None: rejects everywhere), as limits.distance.task records it."""
+  stop = n_max if stop is None else stop
+  ev = {str(n): (0.5 if first is not None and n >= first else 0.001) for n in range(1, stop + 1)}
+  return {"critical_n": first, "alpha": 0.01, "evaluated": ev, "n_max": n_max,
+          "windows": [[first, stop]] if first else []}
+
+
+def test_critical_n_scan_cap_pass_at_011_l_holds_no_pass_to_l_over_4_fails():
+  # Both sides of the band's upper edge with the scan capped at ⌈L/4⌉: first pass at 0.11·L at
+  # every L holds; no pass up to L/4 at one L is above the band there (fails), neither dropped
+  # nor fitted as a number; the row states the scan range.
+  ls = (100, 200, 400)
+  ok = {str(L): _capped_scan(round(0.11 * L), L, L // 4) for L in ls}
+  rec = {str(L): _capped_scan(None, L, L // 4) for L in ls}
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], scanned(ok, rec), {"AMBIG-18": "printed",
+                                                                     "AMBIG-9": "0.01"})
+  assert v.status == H and "0.11·L" in v.measured and "scan N = 1…⌈L/4⌉" in v.measured, v
+  bad = dict(ok, **{"400": _capped_scan(None, 400, 100)})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], scanned(bad, rec), {"AMBIG-18": "printed",
+                                                                      "AMBIG-9": "0.01"})
+  assert v.status == F and "above the band at L = 400 (no pass for N ≤ 100)" in v.measured, v
+  assert "L = 100: 11" in v.measured and "scan N = 1…⌈L/4⌉" in v.measured
+  # A scan asked to stop below 0.12·L (N_max = 10 at L = 400) leaves that L not found: the
+  # fit of the other Ls decides (0.11: holds), the L is named.
+  short = dict(ok, **{"400": _capped_scan(None, 400, 10)})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], scanned(short, rec), {"AMBIG-18": "printed",
+                                                                        "AMBIG-9": "0.01"})
+  assert v.status == H and "not found at L = 400 (no pass for N ≤ 10)" in v.measured, v
+  assert "L = 400: 10" in v.measured   # N_max per L, not the default rule
+
+
+def test_critical_n_reconstructed_e_reads_the_bisection_beside_a_capped_scan():
+  # The scan stops at L/4 (no reconstructed pass there); the bisection found 80 at L = 100.
+  s = scanned({"100": _capped_scan(5, 100, 25)}, {"100": _capped_scan(None, 100, 25)})
+  s["critical"] = critical({"100": (80, {"80": 0.5, "79": 0.001})})
+  v = C.judge_safely(C.BY_ID["fig2c-critical-n"], s, {"AMBIG-18": "reconstructed",
+                                                      "AMBIG-9": "0.01"})
+  assert v.status == F and "0.8·L" in v.measured and "above the band" not in v.measured, v
+  assert judge("fig2c-critical-n", s) == H   # printed: 5 of 100
+
+
 def test_critical_n_bracket_straddling_the_band_is_not_testable():
   ev = {"2": 0.001, "30": 0.2}   # at α = 0.05 N_crit is anywhere in 3..30 for L = 100
   s = {"critical": critical({"100": (None, ev)}), "heads": 144}

@@ -184,3 +184,23 @@ def test_cli_figures_and_bad_combinations(runs, tmp_path):
   p = subprocess.run(args + [f"--figures={blocker}"], capture_output=True, text=True)
   assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
   assert str(blocker) in p.stderr.strip().splitlines()[-1]
+
+
+def test_fig2c_capped_scan_and_the_bisections_reconstructed_n(tmp_path):
+  # The scan stops at N_max = L/4: the printed E has no pass at L = 256 (drawn open at N_max,
+  # not as a first pass); the reconstructed E's critical N is the bisection's (critical_n), not
+  # the capped scan's (no pass there).
+  d = tmp_path / "C"
+  d.mkdir()
+  _write(d, "distance_critical_n", {
+      "critical_scan": {str(L): {"printed": {"critical_n": None if L == 256 else 4,
+                                             "n_max": L // 4},
+                                 "reconstructed": {"critical_n": None, "n_max": L // 4}}
+                        for L in (64, 128, 256)},
+      "critical_n": {str(L): {"critical_n": int(0.8 * L)} for L in (64, 128, 256)}})
+  c = _lines(pc.figure("fig2c", [("C", d)]))
+  np.testing.assert_array_equal(c["C: first passing N, E printed"].get_xdata(), [64, 128])
+  np.testing.assert_array_equal(c["C: no pass for N ≤ N_max, E printed"].get_ydata(), [64])
+  np.testing.assert_array_equal(c["C: first passing N, E reconstructed"].get_ydata(),
+                                [51, 102, 204])
+  assert "C: no pass for N ≤ N_max, E reconstructed" not in c

@@ -9,6 +9,8 @@
   package defines (no module re-exports another package's names), except ``limits.gpt2``,
   DESIGN.md's stable GPT-2 entry point;
 - no function named ``*verdict*`` outside ``limits/claims/``;
+- no absl flag declared by hand in ``experiments/`` (``DEFINE_*``): every CLI's flags are
+  generated from its config dataclass (``define_config_flags``);
 - importing every library module changes no absl flag and not ``absl.app.run``.
 
 Each measure is also checked against a small hand-made tree that breaks it, so a measure that
@@ -176,6 +178,21 @@ def verdict_functions(root: pathlib.Path) -> list[str]:
   return out
 
 
+def hand_declared_flags(root: pathlib.Path) -> list[str]:
+  """Calls in ``experiments/*.py`` that declare an absl flag by hand (``flags.DEFINE_*`` or a
+  bare ``DEFINE_*``): every CLI's flags come from its config dataclass through
+  ``limits.cli.shared_flags.define_config_flags``."""
+  out = []
+  for path in sorted((root / "experiments").glob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Call):
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if name.startswith("DEFINE_"):
+          out.append(f"experiments/{path.name}:{node.lineno} {name}")
+  return out
+
+
 def top_level(root: pathlib.Path) -> list[str]:
   return sorted(p.name for p in (root / "limits").iterdir() if p.name != "__pycache__")
 
@@ -205,6 +222,11 @@ def test_no_module_reexports_another_packages_names():
 
 def test_verdicts_only_in_claims():
   assert verdict_functions(ROOT) == []
+
+
+def test_cli_flags_only_from_config_dataclasses():
+  assert hand_declared_flags(ROOT) == []
+  assert len(list((ROOT / "experiments").glob("*.py"))) > 5  # the measure looked at the CLIs
 
 
 def test_importing_the_library_changes_no_global_state():
@@ -254,6 +276,15 @@ def test_measures_catch_a_broken_tree(tmp_path):
   assert upward_imports(graph) == ["limits.errors (layer 0) imports limits.stats (layer 1)"]
   assert reexports(root) == ["limits.distance.__all__ names 'h' from limits.stats"]
   assert verdict_functions(root) == ["limits.distance.task.print_verdict"]
+  _tree(root, {"experiments/ok.py": ("from limits.cli import shared_flags\n"
+                                     "def define_flags():\n"
+                                     "  shared_flags.define_config_flags(Config)\n"),
+               "experiments/bad.py": ("from absl import flags\nfrom absl.flags import DEFINE_bool\n"
+                                      "def define_flags():\n"
+                                      "  flags.DEFINE_integer('n', 1, 'N.')\n"
+                                      "  DEFINE_bool('x', False, 'X.')\n")})
+  assert hand_declared_flags(root) == ["experiments/bad.py:4 DEFINE_integer",
+                                       "experiments/bad.py:5 DEFINE_bool"]
   for i in range(MAX_TOP_LEVEL - 4):  # 4 entries so far
     (root / "limits" / f"m{i}.py").write_text("")
   assert len(top_level(root)) == MAX_TOP_LEVEL

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from limits import models, records
+from limits import models, records, reproduction
 from limits.reproduction import runner as reproduction_runner
 from limits.records import sources
 from limits.models.gpt2.testing import make_random_model_dir
@@ -244,9 +244,20 @@ def test_runner_gives_steps_out_records_and_removes_it_only_after_success(tmp_pa
   assert reproduction_runner.records_env(tmp_path)[records.ENV_DIR] == "off"
   (tmp_path / "records" / "x").mkdir(parents=True)
   reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"},
-                                                "b": {"status": "failed"}})
+                                                "b": {"status": "failed"}}, names=("a", "b"))
   assert (tmp_path / "records").is_dir()  # kept for the rerun
-  reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"}})
+  # --only=a: part of the plan ran and succeeded; the other steps will read the records.
+  reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"}}, names=("a", "b"))
+  assert (tmp_path / "records").is_dir()
+  # The default plan is the whole of limits.reproduction.STEPS.
+  every = {n: {"status": "ok"} for n in reproduction.STEP_NAMES}
+  reproduction_runner.remove_records(tmp_path, dict(list(every.items())[:-1]))
+  assert (tmp_path / "records").is_dir()
+  reproduction_runner.remove_records(tmp_path, {"a": {"status": "ok"}, "b": {"status": "ok"}},
+                                     names=("a", "b"))
+  assert not (tmp_path / "records").exists()
+  (tmp_path / "records").mkdir()
+  reproduction_runner.remove_records(tmp_path, every)
   assert not (tmp_path / "records").exists()
   shutil.rmtree(tmp_path, ignore_errors=True)
 

@@ -150,6 +150,36 @@ def test_plan_overrides_are_fields_of_each_config(quick):
       assert type(getattr(cls(), k)) in (type(v), type(None)), (step.name, k, v)
       assert getattr(config, k) == v
     assert rp.step_args(step, settings, 128) == [f"--{k}={v}" for k, v in overrides.items()]
+    assert step.config is cls  # the step names its config class
+  rp.check_plan(rp.STEPS, settings)  # and the plan passes its check
+
+
+def _distance_step(**full):
+  import dataclasses
+
+  return dataclasses.replace(next(s for s in rp.STEPS if s.module == "experiments.distance"),
+                             full=full)
+
+
+@pytest.mark.parametrize("full,line", [
+    ({"lenghts": "32"}, "step distance_vary_length: 'lenghts' is not a setting of "
+     "experiments.distance (DistanceConfig); allowed: batch, data_dir, form, "),
+    ({"mode": "vary"}, "step distance_vary_length: mode='vary'; allowed: vary_length, vary_n, "
+     "critical_n"),
+    ({"batch": 0}, "step distance_vary_length: batch=0 must be a positive integer"),
+    ({"ks_alpha": 1.0}, "step distance_vary_length: ks_alpha=1.0 must be in (0, 1)")])
+def test_plan_refuses_a_bad_override_in_one_line(full, line):
+  from limits.errors import LimitsError
+
+  with pytest.raises(LimitsError) as e:
+    rp.check_plan([_distance_step(**full)], rp.Settings())
+  assert str(e.value).startswith(line) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("full", [{"lengths": "32"}, {"mode": "vary_n"}, {"batch": 1},
+                                  {"ks_alpha": 0.999}])
+def test_plan_accepts_overrides_inside_the_bounds(full):
+  rp.check_plan([_distance_step(**full)], rp.Settings())
 
 
 def test_fit_to_context_clips_lengths_and_top_n():

@@ -296,6 +296,18 @@ def test_config_rejects_bad_values():
   assert sc.Config(length=256).prefix_lengths == (16, 32, 64, 128, 256)
 
 
+def test_digest_keeps_its_value_and_ignores_folder_and_figure():
+  """The resumable parts are keyed by the digest: its value for this config is the one cb9858c
+  computed (before the CLI's flags became fields of Config), and where the run is written or
+  whether it draws changes neither the digest nor the recorded settings."""
+  cfg = sc.Config(seed=3, distance_ns=(5, 7))
+  assert cfg.digest() == "49db3be36d91d5e1"
+  moved = sc.Config(seed=3, distance_ns=(5, 7), out_dir="elsewhere", plot=False)
+  assert moved.digest() == cfg.digest() and moved.as_dict() == cfg.as_dict()
+  assert "out_dir" not in cfg.as_dict() and "plot" not in cfg.as_dict()
+  assert sc.Config(seed=4, distance_ns=(5, 7)).digest() != cfg.digest()
+
+
 def test_cli_end_to_end_tiny_then_resume(tmp_path):
   from limits.models.gpt2.testing import SAMPLE_TEXT
 

@@ -10,6 +10,7 @@ verdicts are the runs' own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -18,8 +19,28 @@ from typing import Any, Mapping, Sequence
 from limits.claims.assessment import count_verdicts
 from limits.claims.core import DEPENDS, FAILS, FINDING, HOLDS, NOT_RUN, PAPER
 from limits.errors import LimitsError
+from limits.runs import options
 
 Run = tuple[str, list[Mapping[str, Any]]]  # (column label, claim records of one run)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareConfig:
+  """The ``compare`` command's settings: the runs (``LABEL=DIR``, repeated), where the markdown
+  goes, values instead of claims, the figures folder and the widest cell. Each field declares
+  its flag (:mod:`limits.runs.options`)."""
+
+  run: tuple[str, ...] = options.option(
+      (), "LABEL=DIR of a reproduction run (repeat, at least one; with --values, two runs of "
+      "reproduce or of any one experiment).", multi=True)
+  out: str = options.option("", "Write the markdown here instead of printing it.")
+  values: bool = options.option(False, "Compare two runs' recorded values file by file instead "
+                                "of their claim tables.")
+  figures: str = options.option("", "Also draw Figs. 2a, 2b, 2c, 3, 4 with every run's curves, "
+                                "the sink shares by layer and the verdict map into this folder "
+                                "(PNG files).")
+  width: int = options.option(90, "Longest 'measured' cell, in characters.",
+                              check=(lambda v: v is not None and v >= 20, "be an integer >= 20"))
 
 
 def load_run(label: str, run_dir: str | Path) -> Run:

@@ -122,18 +122,30 @@ def _fig2c(runs: Sequence[Run]):
   fig, ax = _axes()
   missing, all_l = [], []
   for i, (label, path) in enumerate(runs):
-    scan = ((step_results(path, STEPS["fig2c"]) or {}).get("critical_scan")) or {}
+    res = step_results(path, STEPS["fig2c"]) or {}
+    scan = res.get("critical_scan") or {}
     if not scan:
       missing.append(label)
       continue
     c = _color(i)
+    bisection = res.get("critical_n") if isinstance(res.get("critical_n"), Mapping) else None
     for form, style in (("printed", "o-"), ("reconstructed", "^--")):
-      pts = sorted((int(L), v[form]["critical_n"]) for L, v in scan.items()
-                   if isinstance(v.get(form), Mapping) and v[form].get("critical_n"))
+      # the reconstructed E's critical N is the bisection's (the scan stops at N_max)
+      entries = dict(bisection) if form == "reconstructed" and bisection else {
+          L: v.get(form) for L, v in scan.items()}
+      entries = {L: e for L, e in entries.items() if isinstance(e, Mapping)}
+      pts = sorted((int(L), e["critical_n"]) for L, e in entries.items() if e.get("critical_n"))
       if pts:
         ls, ns = zip(*pts)
         all_l += ls
         ax.plot(ls, ns, style, color=c, label=f"{label}: first passing N, E {form}")
+      capped = sorted((int(L), e["n_max"]) for L, e in entries.items()
+                      if not e.get("critical_n") and e.get("n_max"))
+      if capped:  # no pass up to N_max: drawn at N_max, open, as a lower bound
+        ls, ns = zip(*capped)
+        all_l += ls
+        ax.plot(ls, ns, style[0], mfc="none", color=c,
+                label=f"{label}: no pass for N ≤ N_max, E {form}")
   if all_l:
     grid = [min(all_l), max(all_l)]
     ax.plot(grid, [0.06 * g for g in grid], "k:", label="paper: 0.06·L")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Mapping, Optional
 
 from limits.claims.core import FAILS, HOLDS, NOT_TESTABLE, Missing, Verdict, fmt, need, num
@@ -239,6 +241,17 @@ def _critical_n(entry: Mapping[str, Any], alpha: float) -> tuple[Optional[float]
   return lo, hi
 
 
+def _scan_range(ranges) -> str:
+  """The scan's N range as the report states it: "scan N = 1…⌈L/4⌉" when every L used the
+  default rule, else N_max per L; "" for entries without a recorded N_max (a bisection, or a
+  scan before the cap)."""
+  if not ranges:
+    return ""
+  if all(n == max(1, min(math.ceil(L / 4), L - 1)) for L, n in ranges):
+    return "scan N = 1…⌈L/4⌉"
+  return "scan N = 1…N_max (" + ", ".join(f"L = {L:g}: {n:g}" for L, n in ranges) + ")"
+
+
 def judge_fig2c(s, r) -> Verdict:
   """Fig. 2c: "critical N ≈ 0.06 L" (fewer than 6 % of tokens). The least-squares ratio
   c = Σ L·N_crit / Σ L² (a line through the origin) must lie in [0.03, 0.12], i.e. 0.06 within
@@ -249,12 +262,24 @@ def judge_fig2c(s, r) -> Verdict:
 
   E form per AMBIG-18: the printed E (the paper's) is read from the step's ascending scan
   (Algorithm 3's loop: the first passing N; the pass windows are shown, since the decision need
-  not be monotone in N); the reconstructed E from the same scan, or from the bisection where no
-  scan was recorded (a run before issue 28)."""
+  not be monotone in N); the reconstructed E from the bisection (its first pass sits near
+  0.8·L, beyond the scan's range), or from the scan where no bisection was recorded.
+
+  Scan range: N = 1 … N_max, N_max = ⌈L/4⌉ by default (``scan_max_n``), about twice the
+  band's upper edge 0.12·L, so every N_crit the claim admits, and as much again, is scanned;
+  beyond it no finding could change the verdict (N_crit/L > 0.12 is outside the band whatever
+  its value). The cap was set on cost grounds, from the claim, after SmolLM2's uncapped scan
+  (to N = L − 1) was seen to be infeasible at paper settings (L = 256 still scanning after 12
+  min, L = 1,024 projected to hours) and before any SmolLM2 scan result beyond L = 128 was known
+  (issue 27 item 5, issue 28 item 3). An L where no N up to N_max passes is no number to fit:
+  N_crit/L > N_max/L >= 0.12 there, above the band, and the claim fails; where the N searched
+  stop below 0.12·L (a shorter scan asked for), that L is reported as not found."""
   alpha = float(r.get("AMBIG-9", "0.01"))
   form = r.get("AMBIG-18", "printed")
   scan = s.get("critical_scan")
-  if isinstance(scan, Mapping) and scan:
+  if form == "reconstructed" and isinstance(s.get("critical"), Mapping) and s["critical"]:
+    crit = need(s, "critical")
+  elif isinstance(scan, Mapping) and scan:
     crit = {L: need(v, form) for L, v in scan.items()}
   elif form == "printed":
     raise Missing("critical_scan (the ascending scan with the printed E)")
@@ -267,11 +292,15 @@ def judge_fig2c(s, r) -> Verdict:
   if pmin is not None and pmin > alpha:
     return Verdict(NOT_TESTABLE, "", reason=f"with {heads} heads per sample the KS test cannot "
                    f"reject at α = {alpha:g} (smallest p = {pmin:.2g})", sample=power)
-  lo_pts, hi_pts, shown, missing = [], [], [], []
+  lo_pts, hi_pts, shown, missing, above, ranges = [], [], [], [], [], []
   for L, entry in sorted(crit.items(), key=lambda kv: num(kv[0])):
     lo, hi = _critical_n(entry, alpha)
+    if entry.get("n_max") is not None:
+      ranges.append((num(L), num(entry["n_max"])))
     if lo is None:
-      missing.append(f"{num(L):g}")
+      searched = max((num(n) for n in entry.get("evaluated", {})), default=0.0)
+      (above if searched >= CRITICAL_BAND[1] * num(L) else missing).append(
+          f"{num(L):g} (no pass for N ≤ {searched:g})")
       continue
     lo_pts.append((num(L), lo))
     hi_pts.append((num(L), hi))
@@ -281,9 +310,16 @@ def judge_fig2c(s, r) -> Verdict:
                      f"{a}" if a == b else f"{a}–{b}" for a, b in wins[:3]) + ")"
                     if wins and (len(wins) > 1 or wins[0][1] < max(
                         num(n) for n in entry.get("evaluated", {0: 0}))) else ""))
+  scope = _scan_range(ranges)
+  if above:  # N_crit/L above N_max/L >= the band's upper edge at these L: fails there
+    text = "; ".join(filter(None, [
+        f"above the band at L = {', '.join(above)}: N_crit/L > {CRITICAL_BAND[1]:g}",
+        ("passes: " + "; ".join(shown)) if shown else "",
+        f"not found at L = {', '.join(missing)}" if missing else "", scope]))
+    return Verdict(FAILS, text, sample=power)
   if not lo_pts:
-    return Verdict(NOT_TESTABLE, "", reason=f"the KS test rejected at every N searched "
-                   f"(α = {alpha:g})", sample=power)
+    return Verdict(NOT_TESTABLE, scope, reason=f"the KS test rejected at every N searched "
+                   f"(α = {alpha:g}): " + ", ".join(missing), sample=power)
 
   def ratio(pts):
     return sum(L * n for L, n in pts) / sum(L * L for L, _ in pts)
@@ -294,6 +330,8 @@ def judge_fig2c(s, r) -> Verdict:
           f"N_crit ≈ {fmt(c_lo)}–{fmt(c_hi)}·L") + f" ({'; '.join(shown)})"
   if missing:
     text += f"; not found at L = {', '.join(missing)}"
+  if scope:
+    text += f"; {scope}"
   if inside[0] != inside[1]:
     return Verdict(NOT_TESTABLE, text, reason="the N_crit bracket left by the recorded p-values "
                    "straddles the band edge", sample=power)

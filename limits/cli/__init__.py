@@ -10,9 +10,8 @@
   [0, 2**32) (:data:`SEED_RANGE`), and ``--overwrite`` (defined here) lets a run replace another
   run's results in its ``--out_dir`` (see :func:`limits.runs.results.prepare_out_dir`).
 - :func:`setup_precision` turns on float64 (``--x64``) before any array is made.
-- Validators for ``flags.register_validator`` that give one-line messages, and :func:`require`
-  (``--NAME must ...``) with its shortcuts :func:`require_positive_ints` and
-  :func:`require_positive_numbers`; the flags several CLIs share are in :mod:`limits.cli.shared_flags`.
+- :func:`require` registers a validator whose failure is one line ``--NAME must ...`` (the
+  checks of config fields, :mod:`limits.cli.shared_flags`).
 
 Exit codes: 0 success; 2 bad input, a bad flag, a missing or corrupt file, or a failed write
 (one line on stderr); 130 interrupted (Ctrl-C / SIGINT, SIGTERM).
@@ -27,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from absl import app, flags
 
-from limits.runs import interrupts, options
+from limits.runs import interrupts
 from limits.errors import LimitsError
 
 EXIT_USAGE = 2
@@ -176,13 +175,3 @@ def require(names: str | Sequence[str], ok: Callable[[Any], bool], must: str,
   for name in [names] if isinstance(names, str) else names:
     flags.register_validator(name, ok, message=f"--{name} must {must}",
                              flag_values=flags.FLAGS if flag_values is None else flag_values)
-
-
-def require_positive_ints(*names: str) -> None:
-  """``--NAME must be a positive integer`` for each name (an unset None passes)."""
-  require(names, *options.POSITIVE_INT)
-
-
-def require_positive_numbers(*names: str) -> None:
-  """``--NAME must be a positive number`` (finite, > 0) for each name."""
-  require(names, *options.POSITIVE_NUMBER)

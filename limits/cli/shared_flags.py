@@ -1,12 +1,10 @@
-"""The flags several ``experiments/*`` CLIs share, defined in one place.
+"""Every ``experiments/*`` CLI's flags, generated from its config dataclass in one place.
 
-Each CLI calls these from its ``define_flags`` (run only under ``__main__``) with its defaults
-(its config dataclass instance, or a mapping for a CLI without one) and, where its wording
-differs, its own help text; a help of ``None`` leaves that flag out. The flags count as the calling CLI's own (``--help`` lists them
-and :func:`limits.runs.results.run_identity` reads them), because this module disclaims key flags.
+Each CLI calls :func:`define_config_flags` from its ``define_flags`` (run only under
+``__main__``); the settings several CLIs share keep one wording in :mod:`limits.runs.options`.
+The flags count as the calling CLI's own (``--help`` lists them and
+:func:`limits.runs.results.run_identity` reads them), because this module disclaims key flags.
 
-- :func:`define_corpus_flags`: ``--model``, ``--text``, ``--data_dir``, ``--windows`` (> 0).
-- :func:`define_run_flags`: ``--seed``, ``--out_dir``, ``--x64``, ``--plot``.
 - :func:`define_config_flags`: every flag of a config dataclass, generated from its fields
   (:mod:`limits.runs.options`: default, help, choices, check in one declaration).
 - :func:`config_from_flags`: a config dataclass from the flags of the same names (in ``main``).
@@ -19,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from absl import flags
@@ -30,60 +28,28 @@ from limits.runs import options
 # Flags defined by the functions below belong to the module that calls them.
 flags.disclaim_key_flags()
 
-TEXT_HELP, WINDOWS_HELP, SEED_HELP = options.TEXT_HELP, options.WINDOWS_HELP, options.SEED_HELP
-
-
-def _default(defaults: Any, name: str) -> Any:
-  return defaults[name] if isinstance(defaults, Mapping) else getattr(defaults, name)
-
-
-MODEL_HELP = options.MODEL_HELP  # what limits.records.sources.load_model accepts
-
-
-def define_corpus_flags(defaults: Any, *, model: str | None, text: str | None = TEXT_HELP,
-                        data_dir: str | None = options.DATA_DIR_HELP,
-                        windows: str | None = WINDOWS_HELP) -> None:
-  """``--model`` (a model spec), ``--text`` (a text file instead of the corpus), ``--data_dir``
-  (the corpus folder) and ``--windows`` (L-token corpus windows, a positive integer), each with
-  its default from ``defaults`` and the given help; None leaves the flag out."""
-  for name, help_text in (("model", model), ("text", text), ("data_dir", data_dir)):
-    if help_text is not None:
-      flags.DEFINE_string(name, _default(defaults, name), help_text)
-  if windows is not None:
-    flags.DEFINE_integer("windows", _default(defaults, "windows"), windows)
-    cli.require_positive_ints("windows")
-
-
-def define_run_flags(defaults: Any, experiment: str, *, seed: str = SEED_HELP,
-                     x64: str | None = None, out_dir: str | None = None,
-                     plot: str | None = None) -> None:
-  """``--seed``, ``--out_dir`` (the run directory; help by default "Run directory (default
-  results/<experiment>/<time>)."), and where their help is given ``--x64`` (float64) and
-  ``--plot``, each with its default from ``defaults``."""
-  flags.DEFINE_integer("seed", _default(defaults, "seed"), seed)
-  flags.DEFINE_string("out_dir", _default(defaults, "out_dir"),
-                      out_dir or f"Run directory (default results/{experiment}/<time>).")
-  if x64 is not None:
-    flags.DEFINE_bool("x64", _default(defaults, "x64"), x64)
-  if plot is not None:
-    flags.DEFINE_bool("plot", _default(defaults, "plot"), plot)
-
 
 def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None = None) -> None:
   """The absl flags of a config dataclass whose fields are :func:`limits.runs.options.option` s:
   one flag per field with ``cli`` set, named like the field, with its default, help, choices
-  and check (one line ``--NAME must ...`` on a bad value). The flag's type follows the field's
-  annotation: bool, int, float, a str with choices (an enum flag), else a string.
+  and check (one line ``--NAME must ...`` on a bad value, or the field's ``message``). The
+  flag's type follows the field's annotation: bool, int, float, a str with choices (an enum
+  flag), a tuple (a repeated flag with ``multi``, else a comma-separated string), else a
+  string.
   ``flag_values``: where to define them (default absl's global ``flags.FLAGS``)."""
   fv = flags.FLAGS if flag_values is None else flag_values
   for field in dataclasses.fields(config_cls):
     md = options.metadata(field)
     if not md["cli"]:
       continue
-    name, default, help_text = field.name, field.default, md["help"]
+    name, default, help_text = field.name, options.flag_default(field), md["help"]
     kind = str(field.type)
     if md["choices"]:
       flags.DEFINE_enum(name, default, list(md["choices"]), help_text, flag_values=fv)
+    elif md.get("multi"):
+      flags.DEFINE_multi_string(name, default, help_text, flag_values=fv)
+    elif isinstance(field.default, tuple):  # a comma-separated list
+      flags.DEFINE_string(name, default, help_text, flag_values=fv)
     elif "bool" in kind:
       flags.DEFINE_bool(name, default, help_text, flag_values=fv)
     elif "int" in kind:
@@ -94,15 +60,21 @@ def define_config_flags(config_cls: type, flag_values: flags.FlagValues | None =
       flags.DEFINE_string(name, default, help_text, flag_values=fv)
     if md["check"] is not None:
       ok, must = md["check"]
-      cli.require(name, ok, must, flag_values=fv)
+      if md.get("message"):
+        flags.register_validator(name, ok, message=md["message"], flag_values=fv)
+      else:
+        cli.require(name, ok, must, flag_values=fv)
   for names, ok, message in getattr(config_cls, "CROSS_CHECKS", ()):
     flags.register_multi_flags_validator(list(names), ok, message=message, flag_values=fv)
 
 
 def config_from_flags(config_cls: type) -> Any:
-  """``config_cls`` built from the flags named like its fields (call in ``main``)."""
+  """``config_cls`` built from the flags named like its fields (call in ``main``); a field
+  without a flag (``cli=False``) keeps its default, a list field is parsed from its flag
+  (:func:`limits.runs.options.from_flag`: a bad item is one line naming the flag)."""
   fv = flags.FLAGS
-  return config_cls(**{f.name: fv[f.name].value for f in dataclasses.fields(config_cls)})
+  return config_cls(**{f.name: options.from_flag(f, fv[f.name].value)
+                       for f in dataclasses.fields(config_cls) if options.metadata(f)["cli"]})
 
 
 def task_main(config_cls: type, run: Callable[[Any], object],

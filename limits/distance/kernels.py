@@ -65,7 +65,8 @@ def block_visible(lo: int, R: int, C: int, window: int = 0):
 
 
 def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
-                row_block: int, top_idx=None, printed: bool = False, window: int = 0):
+                row_block: int, top_idx=None, printed: bool = False, window: int = 0,
+                lean: bool = False):
   """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form), and
   with ``printed`` the per-row printed E (both x̄ readings) and the E with p = N/L, (R, K, 3).
 
@@ -75,7 +76,9 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1 from
   the prefix maxima, :func:`_d1_sq_prefix`). The per-N body is traced once and looped over the
   K values of N (``lax.map``): its compile time does not grow with K. window: static W > 0 for
-  a sliding-window layer (0 = global).
+  a sliding-window layer (0 = global). lean (static, Algorithm 3's scan): only what its KS
+  samples read (d̃ both forms, E, the printed E with x̄ = Σ α_j x_j); the Jensen gap, the
+  x̄ = mean reading and the E with p = N/L are left 0.
   """
   R, C = a.shape
   dt = a.dtype
@@ -96,13 +99,14 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
     dist2 = n2[:, None] + n2[None, :] - 2.0 * gram  # (C, C) ‖x_j − x_i‖²
     if top_idx is not None:
       P, I = (v[lo:] for v in prefix_maxima(dist2))  # (R, C) each
-  if printed:  # limits.distance.printed.head_expectations, on the same s, c and causal block
+  if printed and not lean:  # limits.distance.printed.head_expectations, same s, c and block
     if window:  # the mean of the query's window
       xm = (vis.astype(dt) @ x) / t[:, None]  # (R, d)
     else:
       xm = jnp.cumsum(x, axis=0)[lo:] / t[:, None]  # (R, d) prefix mean per query
     c_mean = xm @ x.T  # (R, C) ⟨x_i, x̄_t⟩
     q_mean = jnp.sum(xm * xm, axis=-1)
+  if printed:
 
     def printed_sum(coef, c, q):  # coef (R, C) = α_i + N/(L_t − 1)
       terms = coef * coef * n2[None, :] - 2.0 * coef * c + q[:, None]
@@ -129,8 +133,11 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
     pk = p[:, None]  # (R, 1)
     e_terms = (1 + pk) ** 2 * w2 - 2 * pk * (1 + pk) * a * c_all + pk * pk * q_all[:, None]
     expected = pref * jnp.sum(jnp.where(vis, sqrt0(e_terms), 0.0), axis=-1)
-    var = (p * (1 - p) * ratio)[:, None] * (w2_tot[:, None] - w2)
-    gap = pref * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
+    if lean:
+      gap = jnp.zeros_like(d_sum)
+    else:
+      var = (p * (1 - p) * ratio)[:, None] * (w2_tot[:, None] - w2)
+      gap = pref * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
     if bound:
       r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
       if top_idx is None:
@@ -146,6 +153,9 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
     if not printed:
       return cols, None
     coef = a + (n / jnp.maximum(t - 1.0, 1.0))[:, None]
+    if lean:
+      zero = jnp.zeros_like(d_sum)
+      return cols, pref[:, None] * jnp.stack([printed_sum(coef, c_all, q_all), zero, zero], -1)
     pl = jnp.clip(n / t, 0.0, 1.0)[:, None]  # (R, 1) N/L_t
     nl_terms = (1 + pl) ** 2 * w2 - 2 * pl * (1 + pl) * a * c_all + pl * pl * q_all[:, None]
     extra = pref[:, None] * jnp.stack(
@@ -286,11 +296,32 @@ def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: 
   return lax.map(per_head, (weights, x, thr, cut))
 
 
+def _block_top(ab, vis, kmax: int, ns):
+  """Selection order (R, k) of one causal block's rows: top kmax + 1 keys (the one tie rule)."""
+  return top_k_rows(jnp.where(vis, ab, 0.0), vis, min(kmax + 1, ab.shape[-1]), ns)
+
+
+@functools.partial(jax.jit, static_argnames=("kmax", "blocks", "window"))
+def layer_top(weights, ns, *, kmax: int, blocks: int = 4, window: int = 0):
+  """The selection order :func:`layer_kernel` computes, once: a tuple over the causal blocks
+  (:func:`causal_blocks`) of (G, R_b, min(kmax + 1, hi_b)) int32 key indices, to pass as its
+  ``top`` so that calls for other Ns (Algorithm 3's scan batches) do not select again.
+  weights (G, L, L); ns: every N the order will serve (each <= kmax; the float64 tie check of
+  :func:`limits.selection.top_k_rows` reads them)."""
+  L = weights.shape[-1]
+
+  def per_head(a):
+    return tuple(_block_top(a[lo:hi, :hi], block_visible(lo, hi - lo, hi, window), kmax, ns)
+                 for lo, hi in causal_blocks(L, blocks))
+
+  return lax.map(per_head, weights)
+
+
 @functools.partial(jax.jit, static_argnames=("kmax", "inclusion", "bound", "blocks",
-                                             "printed", "dtype", "window"))
+                                             "printed", "dtype", "window", "lean"))
 def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_1",
                  bound: bool = True, blocks: int = 4, printed: bool = False, dtype=None,
-                 window: int = 0):
+                 window: int = 0, top=None, lean: bool = False):
   """Device path, everything under jit: (HeadStats (G, K), printed sums (G, K, 3) or None).
 
   weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
@@ -301,26 +332,28 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   selected as they are and cast after, so no float64 tie fallback is compiled for them
   (:func:`limits.selection.top_k_rows`: a float32 row needs none).
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
+  top: the selection order from :func:`layer_top` (same kmax, blocks, window), reused instead
+  of selecting again. lean: see :func:`_block_rows` (Algorithm 3's scan).
   """
   L = weights.shape[-1]
   dtype = x.dtype if dtype is None else jnp.dtype(dtype)
   x = x.astype(dtype)
 
   def per_head(args):
-    a, xh = args
+    a, xh, tops = args
     parts = []
-    for lo, hi in causal_blocks(L, blocks):
+    for b, (lo, hi) in enumerate(causal_blocks(L, blocks)):
       ab = a[lo:hi, :hi]
       vis = block_visible(lo, hi - lo, hi, window)
-      idx = top_k_rows(jnp.where(vis, ab, 0.0), vis, min(kmax + 1, hi), ns)  # (R, k)
+      idx = _block_top(ab, vis, kmax, ns) if tops is None else tops[b]  # (R, k)
       rank = ranks_from_top(idx, hi)
       select = lambda k, vis=vis, rank=rank: vis & (rank < ns[k])
       parts.append(_block_rows(ab.astype(dtype), xh[:hi], select, ns, lo, cap=kmax,
                                inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
-                               printed=printed, window=window))
+                               printed=printed, window=window, lean=lean))
     return _reduce(parts, printed)
 
-  return lax.map(per_head, (weights, x))
+  return lax.map(per_head, (weights, x, top))
 
 
 def _prepare(weights, x, ns, dtype):

@@ -20,6 +20,7 @@ adds that bound.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
@@ -98,8 +99,8 @@ def _sqrt0(q):
   return jnp.sqrt(jnp.maximum(q, 0.0))
 
 
-@jax.jit
-def head_expectations(weights, x, ns):
+@functools.partial(jax.jit, static_argnames=("window",))
+def head_expectations(weights, x, ns, window: int = 0):
   """Per-query printed E (both x̄ readings) and reconstructed E with p = N/L, one head, in
   matrix form (Gram identities), for the distance steps to record beside d̃.
 
@@ -107,6 +108,9 @@ def head_expectations(weights, x, ns):
     weights: (L, L) causal weights of one head (row t = query t, zeros above the diagonal);
       query t's formula uses its causal prefix (L_t = t + 1 keys), as the suite does for d̃.
     x: (L, d) vectors. ns: (K,) top-N sizes.
+    window: static sliding window W > 0 of a local layer (Gemma 3): query t sees keys
+      t − W + 1 … t, so its length is min(t + 1, W) and x̄ of the ``xmean`` reading is the mean
+      of that window; keys before it are not tokens of the row. 0: global (causal prefix).
 
   Returns:
     (printed_output, printed_mean, reconstructed_n_over_l), each (L, K); NaN where
@@ -117,11 +121,16 @@ def head_expectations(weights, x, ns):
   dt = weights.dtype
   pos = jnp.arange(L)
   vis = pos[None, :] <= pos[:, None]  # (L, L)
+  if window:
+    vis = vis & (pos[None, :] > pos[:, None] - window)  # (L, L) within the window
   a = jnp.where(vis, weights, 0.0)
-  t = (pos + 1).astype(dt)  # (L,) visible keys per query
+  t = (jnp.minimum(pos + 1, window) if window else pos + 1).astype(dt)  # (L,) visible keys
   n2 = jnp.sum(x * x, axis=-1)  # (L,) ‖x_i‖²
   s = a @ x  # (L, d) attention output per query
-  xm = jnp.cumsum(x, axis=0) / t[:, None]  # (L, d) prefix mean per query
+  cs = jnp.cumsum(x, axis=0)  # (L, d)
+  if window:  # minus the sum of the keys before the window
+    cs = cs - jnp.concatenate([jnp.zeros((window,) + x.shape[1:], x.dtype), cs[:-window]])[:L]
+  xm = cs / t[:, None]  # (L, d) mean of each query's visible keys
   c_out = s @ x.T  # (L, L) ⟨x_i, s_t⟩
   c_mean = xm @ x.T  # (L, L) ⟨x_i, x̄_t⟩
   q_out = jnp.sum(s * s, axis=-1)  # (L,)

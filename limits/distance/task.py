@@ -52,8 +52,15 @@ class DistanceConfig:
   search: str = options.option("bisect", "critical_n: search over N.", choices=("bisect", "scan"))
   batch: int = options.option(8, "critical_n: Ns evaluated per forward pass.",
                               check=options.POSITIVE_INT)
-  max_n: int | None = options.option(None, "critical_n: largest N searched (default L-1).",
+  max_n: int | None = options.option(None, "critical_n: largest N of the bisection search "
+                                     "(reconstructed E; default L-1); the scan's is "
+                                     "--scan_max_n.",
                                      check=options.POSITIVE_INT)
+  scan_max_n: int | None = options.option(
+      None, "critical_n: largest N of Algorithm 3's ascending scan (printed E); default "
+      "ceil(L/4), twice the upper edge 0.12 of the claim's band N_crit/L in [0.03, 0.12] "
+      "(docs/claims.md fig2c-critical-n). No pass up to it is reported as 'no pass for "
+      "N <= N_max', above the band at that L.", check=options.POSITIVE_INT)
   seed: int = options.seed()
   x64: bool = options.x64("Compute the distance statistics in float64 where the bound is "
                           "verified (vary_length, vary_n); --nox64 for float32 everywhere.")
@@ -124,18 +131,22 @@ def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, 
 SCAN_HEADS, SCAN_DRAWS = 144, 5  # the paper's GPT-2 head count; seeded subsample draws
 
 
-def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: int = 0):
-  """The KS samples of Algorithm 3's ascending scan, as a function of a list of Ns.
+def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: int = 0,
+                 n_max: int | None = None, batch: int = 8):
+  """The KS samples of Algorithm 3's ascending scan, as a function of a list of Ns (each at
+  most ``n_max``, default L − 1).
 
   Per N, the per-head token-averaged d̃ (AMBIG-1 ``form``) against E in two forms: ``printed``
   (the paper's E, x̄ = Σ_j α_j x_j; limits.distance.printed) and ``reconstructed`` (the Jensen main sum
   the bisection tests), each on every head, on :data:`SCAN_DRAWS` seeded subsets of
   :data:`SCAN_HEADS` heads (when the model has more) and on one seeded head per key/value group
-  (``_per_group``). Returns (pvalues_fn, sample description)."""
+  (``_per_group``). The samples come from :class:`limits.distance.scan.ScanSamples` (records
+  and selection order kept per L, one device call per layer and batch). Returns (pvalues_fn,
+  sample description)."""
   import numpy as np
 
   from limits import stats
-  from limits.distance import model as distance_model
+  from limits.distance.scan import ScanSamples
 
   c = model_config
   heads = c.n_layer * c.n_head
@@ -143,12 +154,12 @@ def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: in
   groups = stats.group_representatives(c.n_layer, c.n_head, getattr(c, "n_kv_head", c.n_head),
                                        seed)
 
+  samples = ScanSamples(evaluator, tokens, n_max or (np.shape(tokens)[-1] - 1), pad_to=batch)
+
   def pvalues(ns):
-    hook = distance_model.PrintedExpectations(ns)
-    st = evaluator.head_stats(tokens, ns, bound=False, dtype=evaluator.ks_dtype, layer_hook=hook)
-    means = distance_model.token_means(st)
+    means = samples(ns)
     d = np.asarray(means["d_sum" if form == "sum" else "d_norm"], np.float64)
-    forms = {"printed": np.asarray(hook.means()["expected_printed_output"], np.float64),
+    forms = {"printed": np.asarray(means["expected_printed_output"], np.float64),
              "reconstructed": np.asarray(means["expected"], np.float64)}
     out: dict[str, list[float]] = {}
     for k in range(len(ns)):
@@ -169,11 +180,14 @@ def scan_pvalues(evaluator, tokens, model_config, *, form: str = "sum", seed: in
 
 def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush, model_config):
   """critical_n: per L, the KS search for the smallest N that does not reject (``search``, the
-  reconstructed E), then Algorithm 3's ascending scan with both E forms (:func:`scan_pvalues`):
-  first passing N, pass windows and p along the scan, in results ``critical_scan``."""
+  reconstructed E), then Algorithm 3's ascending scan with both E forms (:func:`scan_pvalues`)
+  over N = 1 … N_max (``scan_max_n``, default ⌈L/4⌉: :func:`limits.distance.scan.scan_n_max`):
+  first passing N, pass windows and p along the scan, in results ``critical_scan`` (each
+  sample's entry records ``n_max``; no pass up to it is ``critical_n`` None)."""
   import numpy as np_
 
   from limits import stats
+  from limits.distance.scan import scan_n_max
   from limits.runs.progress import Progress
 
   crit, scans = {}, {}
@@ -203,11 +217,16 @@ def _critical_lengths(config, evaluator, tokens_by_l, crit_rows, state, flush, m
       scan = units.get(f"scan L={L}")
       if scan is None:
         t1 = time.perf_counter()
+        n_scan = scan_n_max(L, config.scan_max_n)
         fn, sample = scan_pvalues(evaluator, tokens, model_config, form=config.form,
-                                  seed=config.seed)
-        res = stats.ascending_scan(fn, 1, n_hi, alpha=config.ks_alpha, batch=config.batch,
-                                   until_closed=("printed", "reconstructed"))
-        found_scan = {"sample": sample, **{k: v.as_dict() for k, v in res.items()}}
+                                  seed=config.seed, n_max=n_scan, batch=config.batch)
+        # Stops once the printed E's first pass window settled (or at N_max); the reconstructed
+        # E's critical N is the search's above (its first pass sits near 0.8·L, AMBIG-18), its
+        # p-values are recorded along.
+        res = stats.ascending_scan(fn, 1, n_scan, alpha=config.ks_alpha, batch=config.batch,
+                                   until_closed=("printed",))
+        found_scan = {"sample": sample, "n_max": n_scan,
+                      **{k: {**v.as_dict(), "n_max": n_scan} for k, v in res.items()}}
         subs = [v.first_pass for k, v in res.items() if k.startswith("printed_sub")]
         found_scan["printed_sub_first_pass"] = {
             "median": float(np_.median([n for n in subs if n])) if any(subs) else None,

@@ -276,11 +276,12 @@ def counterexample(T, paper, tight, rtol, dtype, name="softmax", params_items=()
 
 def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params, *, g_vals,
                     fd_idx, all_stats, dense, groups=None, n_groups=None, dtype_tol,
-                    power_iters=100, dtype=None):
+                    power_iters=100, dtype=None, row_ids=None):
   """Every measurement at one temperature. Returns (summary dict, per-exact-row list).
 
   rows, mask (R, L) (rows are cast to ``dtype``, default their own); exact_idx (X,) and
-  check_idx (C,) row indices; ``all_stats``: every row's decisions at T (softmax; None
+  check_idx (C,) row indices; ``row_ids`` (X,): the run's row number of each exact row (the
+  task passes only the exact rows, ``exact_idx`` = 0..X−1; default ``exact_idx``); ``all_stats``: every row's decisions at T (softmax; None
   otherwise), one temperature's entries of ``gradient_screen.Screen.stats``; ``g_vals``
   (S, E): g(T, ε) of Algorithm 5 on the sampled rows ``fd_idx`` (S,) for each ε; ``groups``
   (R,): the (layer, head) of each row (model source).
@@ -372,7 +373,7 @@ def run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
         "all_rows_newton": int(st["newton"]),
     })
     summary["counterexample"] = counterexample(T, paper, tight, rtol, dt, name, params_items)
-  for j, i in enumerate(exact_idx):
+  for j, i in enumerate(exact_idx if row_ids is None else row_ids):
     r = {"T": T, "row": int(i), "norm": float(norm[j]), "T_norm": float(T * norm[j]),
          f"g_eps_{epsilons[0]:g}": g_of_row.get(int(i), float("nan"))}
     if has_closed:

@@ -188,11 +188,22 @@ def _decide_fn(n: int, rtol: float):
   return jax.jit(fn)
 
 
+NEWTON_CHUNKS = 8  # Newton's chunks of pairs per jitted call (a power of two)
+
+
+def _pow2(n: int) -> int:
+  return 1 << max(0, int(n - 1).bit_length())
+
+
 @functools.lru_cache(maxsize=None)
-def _newton_group_fn(width: int, chunk: int, cap: int, dtype_name: str, max_iters: int,
+def _newton_pairs_fn(width: int, chunk: int, size: int, dtype_name: str, max_iters: int,
                      rtol: float):
-  """jit: Newton's exact norm λ/T of the first ``n_und`` pairs of ``und`` (at most ``cap``),
-  and their counts per T, max norm per T and whether a NaN norm occurred per T."""
+  """jit: Newton's exact norm λ/T of ``size`` (row, T) pairs, in chunks of ``chunk`` pairs
+  (one ``lax.map`` step each; the while loop of a chunk runs until its slowest pair converged,
+  so the chunks are those of the group's pairs in (row, T) order, whatever the call);
+  l, m (size, w) the pairs' rows cut to w keys, k (size,) their temperature index, lem (size,)
+  Lemma 2's bound, ok (size,) False for padding. Returns their counts per T, max norm per T
+  and whether a NaN norm occurred per T."""
   import jax
   import jax.numpy as jnp
   from jax import lax
@@ -201,25 +212,21 @@ def _newton_group_fn(width: int, chunk: int, cap: int, dtype_name: str, max_iter
 
   dtype = jnp.dtype(dtype_name)
 
-  def fn(rows, mask, idx, und, n_und, lem, T, paper, tight):
+  def fn(l, m, k, lem, ok, T, paper, tight):
     K = T.shape[0]
-    flat = jnp.nonzero(und.reshape(-1), size=cap, fill_value=0)[0]  # (cap,)
-    row, k = flat // K, flat % K
 
     def one(args):
-      ix, kk = args
-      l, m = _gather(rows, mask, ix, width, dtype)
+      lb, mb, kk = args
       t = T[kk]  # (P,)
-      a = normalizers.softmax(l, t[:, None], m)  # (P, w)
+      a = normalizers.softmax(lb.astype(dtype), t[:, None], mb)  # (P, w)
       return sensitivity._softmax_norm_newton(a, max_iters) / t
 
-    norm = lax.map(one, (idx[row].reshape(-1, chunk), k.reshape(-1, chunk))).reshape(-1)
-    ok = jnp.arange(cap) < n_und
+    norm = lax.map(one, (l.reshape(-1, chunk, width), m.reshape(-1, chunk, width),
+                         k.reshape(-1, chunk))).reshape(-1)
     seg = lambda x: jax.ops.segment_sum((x & ok).astype(jnp.int32), k, num_segments=K)
-    lk = lem[row, k]
     counts = {"n_exceed_paper": seg(norm > (paper * (1 + rtol))[k]),
               "n_exceed_tight": seg(norm > (tight * (1 + rtol))[k]),
-              "n_exceed_lemma2": seg(jnp.isfinite(lk) & (norm > lk * (1 + rtol))),
+              "n_exceed_lemma2": seg(jnp.isfinite(lem) & (norm > lem * (1 + rtol))),
               "nonfinite": seg(~jnp.isfinite(norm))}
     max_k = jax.ops.segment_max(jnp.where(ok & ~jnp.isnan(norm), norm, -jnp.inf), k,
                                 num_segments=K)
@@ -229,31 +236,90 @@ def _newton_group_fn(width: int, chunk: int, cap: int, dtype_name: str, max_iter
   return jax.jit(fn)
 
 
-def _pow2(n: int) -> int:
-  return 1 << max(0, int(n - 1).bit_length())
+class _Pairs:
+  """One span group's undecided (row, T) pairs, in (row, T) order, gathered block by block
+  and sent to Newton ``size`` at a time; the last call (a power of two of chunks) is padded
+  with the group's first row at T index 0, the padding of the all-rows path (``ok`` False)."""
+
+  def __init__(self, screen, width, rows, k, lem, first, consts):
+    self.s, self.w = screen, width
+    self.rows, self.k, self.lem = rows, k, lem  # (P,) global row, T index, Lemma 2 bound
+    self.first = first  # the group's first row and mask, cut to w
+    self.consts = consts  # (T, paper, tight) on the device
+    self.chunk = max(1, screen.block_elems // width)
+    self.size = self.chunk * NEWTON_CHUNKS
+    self.done = 0  # pairs sent so far
+    self.buf: list = []  # [(l (p, w), m (p, w))] gathered, not yet sent
+    self.n_buf = 0
+
+  def take(self, start, rows, mask):
+    """Gathers the pairs whose rows are in the block ``rows[0]`` = row ``start``."""
+    a = self.done + self.n_buf
+    b = int(np.searchsorted(self.rows, start + rows.shape[0]))
+    for lo in range(a, b, self.size):
+      hi = min(b, lo + self.size)
+      local = self.rows[lo:hi] - start
+      self.buf.append((np.asarray(rows[local, :self.w]), np.asarray(mask[local, :self.w])))
+      self.n_buf += hi - lo
+      while self.n_buf >= self.size:
+        self._send(self.size)
+
+  def finish(self):
+    while self.n_buf:
+      self._send(min(self.n_buf, self.size))
+
+  def _send(self, n):
+    """Newton on the next n buffered pairs, padded to a power-of-two number of chunks."""
+    import jax
+
+    l = np.concatenate([b[0] for b in self.buf])
+    m = np.concatenate([b[1] for b in self.buf])
+    rest_l, rest_m = l[n:], m[n:]
+    self.buf = [(rest_l, rest_m)] if len(rest_l) else []
+    self.n_buf = len(rest_l)
+    size = self.chunk * _pow2(-(-n // self.chunk))  # <= self.size
+    pad = size - n
+    fl, fm = self.first
+    l = np.concatenate([l[:n], np.broadcast_to(fl, (pad, self.w))])
+    m = np.concatenate([m[:n], np.broadcast_to(fm, (pad, self.w))])
+    sl = slice(self.done, self.done + n)
+    k = np.concatenate([self.k[sl], np.zeros(pad, self.k.dtype)])
+    lem = np.concatenate([self.lem[sl], np.full(pad, self.lem[0])])
+    ok = np.arange(size) < n
+    self.done += n
+    fn = _newton_pairs_fn(self.w, self.chunk, size, self.s.dtype.name, self.s.max_iters,
+                          self.s.rtol)
+    counts, max_k, nan_k = jax.device_get(fn(*jax.device_put((l, m, k, lem, ok)),
+                                             *self.consts))
+    for key, v in counts.items():
+      self.s.total[key] += v
+    self.s.max_norm = np.maximum(self.s.max_norm, max_k)
+    self.s.nan |= nan_k
 
 
 class Screen:
-  """The all-rows decisions of a run: rows and groups on the device once, then
-  :meth:`stats` per batch of temperatures.
+  """The all-rows decisions of a run: :meth:`stats` per batch of temperatures, two passes
+  over the rows (the bracket of every pair; then Newton on the pairs it leaves open).
 
-  rows (R, L) any float dtype (the model's float32 rows stay float32 on the device; they are
-  cast to ``dtype`` chunk by chunk), mask (R, L) bool; ``dtype`` is the run's dtype (Newton,
-  Lemma 2 and the thresholds); ``rtol`` the relative tolerance of every comparison.
+  rows (R, L) any float dtype (the model's float32 rows stay float32; they are cast to
+  ``dtype`` chunk by chunk), mask (R, L) bool; or ``rows`` a
+  :class:`limits.gradient.blocks.RowBlocks` and ``mask`` None (a model's rows, one
+  (window, layer) block at a time: memory is one block plus a few numbers per (row, T)).
+  ``dtype`` is the run's dtype (Newton, Lemma 2 and the thresholds); ``rtol`` the relative
+  tolerance of every comparison. Blocks give the same numbers as one (R, L) array: every
+  per-row value is computed by the same jitted code on the same (chunk, w) slices, the
+  maxima and counts do not depend on the order, and Newton's chunks are the same pairs.
   """
 
   def __init__(self, rows, mask, dtype, rtol: float, *, block_elems: int = BLOCK_ELEMS,
                max_iters: int = 60):
-    import jax
+    from limits.gradient.blocks import RowBlocks
 
     self.dtype = np.dtype(dtype)
     self.rtol = float(rtol)
     self.block_elems = int(block_elems)
     self.max_iters = int(max_iters)
-    self.rows = rows if isinstance(rows, jax.Array) else jax.device_put(np.asarray(rows))
-    self.mask = mask if isinstance(mask, jax.Array) else jax.device_put(np.asarray(mask, bool))
-    host_mask = np.asarray(jax.device_get(self.mask))
-    self.groups = sensitivity.span_groups(host_mask)  # [(rows (n,), width)]
+    self.source = rows if isinstance(rows, RowBlocks) else RowBlocks.from_arrays(rows, mask)
 
   def _padded(self, idx, chunk):
     import jax
@@ -262,14 +328,46 @@ class Screen:
     return jax.device_put(np.concatenate([idx, np.full(pad, idx[0] if idx.size else 0,
                                                         idx.dtype)]))
 
+  def _bracket_pass(self, Td, K):
+    """Pass 1: per span group w, the widened bracket, Lemma 2's bound and validity of its
+    rows (n_w, K) on the device, its rows (global, ascending) and first row; and the largest
+    λ₀/T per T over every row."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    dt = self.dtype
+    parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n, lem, valid)]
+    first: dict = {}
+    max_lo = np.full(K, -np.inf, dt)
+    for start, rows, mask in self.source.blocks():
+      host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
+      rows_d, mask_d = jax.device_put((rows, host_mask))
+      for idx, w in sensitivity.span_groups(host_mask):
+        chunk = max(1, self.block_elems // (K * w))
+        out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
+                                                            self._padded(idx, chunk), Td)
+        parts.setdefault(w, []).append(
+            (start + idx,) + tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:4]))
+        max_lo = np.maximum(max_lo, np.asarray(jax.device_get(out[4])))
+        if w not in first:
+          first[w] = (np.asarray(rows[idx[0], :w]), host_mask[idx[0], :w])
+      del rows_d, mask_d
+    groups = {}
+    for w in sorted(parts):
+      p = parts[w]
+      groups[w] = (np.concatenate([q[0] for q in p]),) + tuple(
+          jnp.concatenate([q[i] for q in p]) for i in range(1, 5))
+    return groups, first, max_lo
+
   def stats(self, temperatures) -> dict:
     """Per temperature (K,) NumPy: ``n_exceed_paper``, ``n_exceed_tight``,
     ``n_exceed_lemma2`` (where Lemma 2's bound is finite), ``lemma2_finite``, ``nonfinite``
     (Newton norms that are not finite), ``max_norm`` (max ‖J‖₂ over rows), ``rows``,
     ``newton`` (pairs Newton decided; the rest were decided by the bracket).
 
-    Device work only, in jitted functions; explicit transfers of the temperatures in and of
-    (K,) counts (and one count per span group, to size Newton's batch) out.
+    Device work only, in jitted functions: the rows go in a block at a time, (K,) counts (and
+    the open pairs, to gather their rows for Newton) come out.
     """
     import jax
 
@@ -282,36 +380,33 @@ class Screen:
       paper = np.minimum(1 / (4 * Ts), dt.type(bounds.SQRT2))  # Corollary 3 as printed
       tight = 1 / (2 * Ts)
     Td, pd, td = jax.device_put((Ts, paper, tight))
-    screened = []
-    for idx, w in self.groups:
-      chunk = max(1, self.block_elems // (K * w))
-      idx_d = self._padded(idx, chunk)
-      out = _screen_group_fn(w, chunk, idx.size, dt.name)(self.rows, self.mask, idx_d, Td)
-      screened.append((idx_d, idx.size, w, out))
-    max_lo = np.max([np.asarray(jax.device_get(o[4])) for *_, o in screened], axis=0)
+    groups, first, max_lo = self._bracket_pass(Td, K)
     max_lo_d = jax.device_put(max_lo)
-    total = {k: np.zeros(K, np.int64) for k in
-             ("n_exceed_paper", "n_exceed_tight", "n_exceed_lemma2", "lemma2_finite",
-              "nonfinite", "newton")}
-    max_norm = np.full(K, -np.inf, dt)
-    nan = np.zeros(K, bool)
-    for idx_d, n, w, (lo_n, hi_n, lem, valid, _) in screened:
-      und, counts, n_und = _decide_fn(n, self.rtol)(lo_n, hi_n, lem, valid, max_lo_d, pd, td)
+    self.total = {k: np.zeros(K, np.int64) for k in
+                  ("n_exceed_paper", "n_exceed_tight", "n_exceed_lemma2", "lemma2_finite",
+                   "nonfinite", "newton")}
+    self.max_norm = np.full(K, -np.inf, dt)
+    self.nan = np.zeros(K, bool)
+    open_pairs = []
+    for w, (rows, lo_n, hi_n, lem, valid) in groups.items():
+      und, counts, n_und = _decide_fn(rows.size, self.rtol)(lo_n, hi_n, lem, valid, max_lo_d,
+                                                            pd, td)
       counts, n_und_h = jax.device_get((counts, n_und))
       for key, v in counts.items():
-        total[key] += v
+        self.total[key] += v
       if int(n_und_h) == 0:
         continue
-      pchunk = max(1, self.block_elems // w)
-      cap = _pow2(int(n_und_h))
-      cap += (-cap) % pchunk
-      counts, max_k, nan_k = jax.device_get(_newton_group_fn(
-          w, pchunk, cap, dt.name, self.max_iters, self.rtol)(
-              self.rows, self.mask, idx_d, und, n_und, lem, Td, pd, td))
-      for key, v in counts.items():
-        total[key] += v
-      max_norm = np.maximum(max_norm, max_k)
-      nan |= nan_k
-    total["rows"] = np.full(K, sum(idx.size for idx, _ in self.groups), np.int64)
-    total["max_norm"] = np.where(nan, np.nan, max_norm)
+      flat = np.flatnonzero(np.asarray(jax.device_get(und)))  # (row, T) order
+      pos, k = flat // K, (flat % K).astype(np.int32)
+      lem_pairs = np.asarray(jax.device_get(lem))[pos, k]
+      open_pairs.append(_Pairs(self, w, rows[pos], k, lem_pairs, first[w], (Td, pd, td)))
+    if open_pairs:  # pass 2: the open pairs' rows, block by block
+      for start, rows, mask in self.source.blocks():
+        for pairs in open_pairs:
+          pairs.take(start, rows, mask)
+      for pairs in open_pairs:
+        pairs.finish()
+    total = self.total
+    total["rows"] = np.full(K, sum(g[0].size for g in groups.values()), np.int64)
+    total["max_norm"] = np.where(self.nan, np.nan, self.max_norm)
     return total

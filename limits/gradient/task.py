@@ -20,9 +20,13 @@ labels name the options of docs/ambiguities.md) and :func:`run` measures:
 
 Synthetic source: ``rows`` rows of length ``length``, i.i.d. N(0, σ²) with σ = ``logit_scale``
 (:func:`synthetic_rows`, shared with the ``gradient`` sweep kind), all visible. Model source:
-``limits.records.sources.model_logit_rows`` (raw q·k of every layer, head and query with the causal
-mask). The measurements at one temperature: :mod:`limits.gradient.rows`; the table and the
-output files: :mod:`limits.gradient.report`. The run records measurements only; the claims
+the rows of ``limits.records.sources.model_logit_rows`` (raw q·k of every layer, head and query
+with the causal mask), read one (window, layer) block at a time (:mod:`limits.gradient.blocks`:
+the mask is built per block from the layer's pattern, the rows are re-read from the records
+store on each pass when they do not fit in memory, so the step's memory is one block plus a
+few numbers per (row, T), not the (R, L) matrix: 4.5 GB at SmolLM2 paper settings). The
+measurements at one temperature: :mod:`limits.gradient.rows`; the table and the output files:
+:mod:`limits.gradient.report`. The run records measurements only; the claims
 (docs/claims.md) are judged by ``limits.claims``.
 """
 
@@ -35,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from limits.runs import interrupts, options, parsing
+from limits.runs import interrupts, options, parsing, seeding
 from limits.errors import LimitsError
 from limits.gradient.rows import (run_temperature, synthetic_rows)
 
@@ -146,15 +150,12 @@ def parse_temperatures(temperature, temperatures) -> list[float]:
   return ts
 
 
-def check_temperature_range(temps, rows, mask, epsilons, dtype) -> None:
+def check_temperature_range(temps, big, epsilons, dtype) -> None:
   """Every T must keep (l + εv)/T finite in ``dtype`` (else softmax is NaN and a verdict would
-  be read off NaN norms): the largest |logit| plus the largest ε, divided by T, and 1/T, must
-  stay below the dtype's largest finite value. One line naming the smallest allowed T."""
+  be read off NaN norms): the largest |logit| ``big`` (over the visible entries,
+  ``RowBlocks.gather``) plus the largest ε, divided by T, and 1/T, must stay below the dtype's
+  largest finite value. One line naming the smallest allowed T."""
   fin = np.finfo(dtype)
-  big = 0.0
-  for lo in range(0, rows.shape[0], 8192):  # row chunks: no (R, L) temporary
-    x = np.where(mask[lo:lo + 8192], rows[lo:lo + 8192], 0)
-    big = max(big, float(np.abs(x).max()) if x.size else 0.0)
   need = 2.0 * (big + max(epsilons)) + 1.0  # differences of two logits, plus margin
   t_min = max(need / float(fin.max), float(fin.tiny)) * 16
   for t in temps:
@@ -191,15 +192,18 @@ def plan(config: GradientConfig) -> Plan:
 
 
 def model_rows(model_spec, length, windows, text, data_dir):
-  """(model, rows (R, L), mask (R, L), meta): raw q·k rows of every layer, head and query."""
+  """(model, blocks): the raw q·k rows of every layer, head and query of the corpus windows,
+  as a :class:`limits.gradient.blocks.RowBlocks` (one (window, layer) block at a time, with
+  its row ``meta``: ``limits.records.sources.logit_row_meta``)."""
   try:
     from limits.records import sources
   except ImportError as e:  # pragma: no cover - sources.py ships with limits
     raise LimitsError(f"--source=model needs limits.records.sources, which failed to import: {e}") from None
+  from limits.gradient.blocks import RowBlocks
+
   model = sources.load_model(model_spec)
-  rows, mask, meta = sources.model_logit_rows(model, length, windows, text=text,
-                                              data_dir=data_dir)
-  return model, np.asarray(rows), np.asarray(mask, bool), meta
+  tokens = sources.corpus_windows(model, length, windows, text=text, data_dir=data_dir)
+  return model, RowBlocks.from_model(model, tokens)
 
 
 def resume_units(config: GradientConfig, out_dir):
@@ -218,8 +222,8 @@ def resume_units(config: GradientConfig, out_dir):
 class Rows:
   """The logit rows of a run and where they came from."""
 
-  rows: np.ndarray  # (R, L) logits: the run's dtype, or the model's float32 (exact in float64)
-  mask: np.ndarray  # (R, L) bool, True = visible
+  blocks: object  # limits.gradient.blocks.RowBlocks: the (R, L) rows (the run's dtype, or the
+  #   model's float32, exact in float64) and their mask, one block at a time
   exact_idx: np.ndarray  # (X,) sorted rows that get exact Jacobians
   groups: np.ndarray | None  # (R,) layer * n_head + head (model source), else None
   n_groups: int | None
@@ -229,29 +233,28 @@ class Rows:
 def load_rows(p: Plan, k_rows, k_sub) -> Rows:
   """The run's rows: :func:`synthetic_rows` (every row exact) or :func:`model_rows` (a seeded
   subsample of ``rows`` rows exact, from ``k_sub``)."""
-  import jax
+
+  from limits.gradient.blocks import RowBlocks
 
   c = p.config
   groups = n_groups = None
   source_info = {"source": c.source}
   if c.source == "synthetic":
     rows = np.asarray(synthetic_rows(k_rows, c.rows, c.length, c.logit_scale, p.dtype))
-    mask = np.ones(rows.shape, bool)
+    blocks = RowBlocks.from_arrays(rows, np.ones(rows.shape, bool))
     exact_idx = np.arange(rows.shape[0])
     source_info["distribution"] = f"iid N(0, {c.logit_scale:g}^2), all visible"
   else:
-    model, rows, mask, meta = model_rows(c.model, c.length, c.windows, c.text, c.data_dir)
-    if np.dtype(p.dtype).itemsize < rows.dtype.itemsize:
-      rows = rows.astype(p.dtype)  # float32 rows stay float32: cast per block, exactly
+    model, blocks = model_rows(c.model, c.length, c.windows, c.text, c.data_dir)
+    meta = blocks.meta  # the model's float32 rows stay float32: cast per block, exactly
     n_head = model.config.n_head
-    layer = np.asarray(meta["layer"])
-    groups = layer * n_head + np.asarray(meta["head"])  # (R,)
+    groups = meta["layer"] * n_head + meta["head"]  # (R,)
     n_groups = int(groups.max()) + 1
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(k_sub)).ravel()[-1])
-    exact_idx = np.sort(rng.choice(rows.shape[0], min(c.rows, rows.shape[0]), replace=False))
+    rng = np.random.default_rng(seeding.numpy_seed(k_sub))
+    exact_idx = np.sort(rng.choice(blocks.n_rows, min(c.rows, blocks.n_rows), replace=False))
     source_info.update({"model": model.info(), "windows": c.windows,
                         "native_temperature": model.native_temperature})
-  return Rows(rows, mask, exact_idx, groups, n_groups, source_info)
+  return Rows(blocks, exact_idx, groups, n_groups, source_info)
 
 
 def _log(msg: str) -> None:
@@ -269,6 +272,14 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   there, not recomputed. Each batch is independent of the others (its own direction key
   ``fold_in(k_dir, first index)``), so the results equal an uninterrupted run's.
   """
+  k_rows, k_sub, k_dir = seeding.streams(p.config.seed, 3)  # limits.runs.seeding: the one rule
+  src = load_rows(p, k_rows, k_sub)
+  with src.blocks:
+    return _run(p, src, k_sub, k_dir, checkpoint, log, units)
+
+
+def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
+  """:func:`run` on the loaded rows (every pass over them block by block: ``src.blocks``)."""
   import jax
 
   from limits.runs import resume
@@ -280,39 +291,39 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
 
   c, name, params, dtype = p.config, p.normalizer, p.params, p.dtype
   temps, epsilons = p.temperatures, p.epsilons
-  k_rows, k_sub, k_dir = jax.random.split(jax.random.key(c.seed), 3)
-  src = load_rows(p, k_rows, k_sub)
-  rows, mask, exact_idx, groups = src.rows, src.mask, src.exact_idx, src.groups
-  L = rows.shape[-1]
+  blocks, exact_idx, groups = src.blocks, src.exact_idx, src.groups
+  R, L = blocks.n_rows, blocks.length
   dense = L <= c.dense_max_length
-  check_idx = exact_idx[:c.check_rows]
   eps_mach = float(np.finfo(dtype).eps)
   dtype_tol = {"exact": jacobians.EXACT_TOL[np.dtype(dtype)],
                # power iteration converges linearly at (σ2/σ1)² per step: 1e-3 relative
                "matfree": {"atol": 1e3 * eps_mach, "rtol": 1e-3},
                "violation_rtol": 100 * eps_mach}
-  log(f"gradient: {name} {params or ''} source={c.source} rows={rows.shape[0]} L={L} "
+  log(f"gradient: {name} {params or ''} source={c.source} rows={R} L={L} "
       f"exact rows={len(exact_idx)} ({'dense' if dense else 'matrix-free'}) "
       f"T values={len(temps)} eps={epsilons} dtype={np.dtype(dtype).name}")
 
-  check_temperature_range(temps, rows, mask, epsilons, dtype)
   # g(T, eps) on a seeded sample: fd_rows per (layer, head) (model) or in all (synthetic).
-  fd_seed = int(np.asarray(jax.random.key_data(jax.random.fold_in(k_sub, 1))).ravel()[-1])
-  fd_groups = groups if groups is not None else np.zeros(rows.shape[0], int)
+  fd_seed = seeding.numpy_seed(jax.random.fold_in(k_sub, 1))
+  fd_groups = groups if groups is not None else np.zeros(R, int)
   fd_idx = sensitivity.sample_rows(fd_groups, c.fd_rows, fd_seed)  # (S,)
-  sampling = {"fd_rows": int(fd_idx.size), "of_rows": int(rows.shape[0]),
+  # One pass: the largest logit, the exact rows (X, L) and the sampled rows (S, L).
+  big, ((exact_rows, exact_mask), (fd_l, fd_m)) = blocks.gather(exact_idx, fd_idx)
+  check_temperature_range(temps, big, epsilons, dtype)
+  sampling = {"fd_rows": int(fd_idx.size), "of_rows": int(R),
               "how": (f"min({c.fd_rows}, rows of the group) rows per (layer, head)"
                       if groups is not None else f"min({c.fd_rows}, rows) rows")
               + f", uniform without replacement, numpy default_rng({fd_seed}) (from --seed); "
               "one direction v per (row, eps), shared by the temperatures",
               "exact_rows": len(exact_idx),
-              "exact_how": "every row" if len(exact_idx) == rows.shape[0] else
+              "exact_how": "every row" if len(exact_idx) == R else
               f"{len(exact_idx)} rows uniform without replacement (from --seed)",
-              "closed_form_rows": int(rows.shape[0]) if name == "softmax" else 0}
+              "closed_form_rows": int(R) if name == "softmax" else 0}
   log(f"gradient: g(T, eps) on {fd_idx.size} sampled rows; every row screened, exact where open"
       if name == "softmax" else f"gradient: g(T, eps) on {fd_idx.size} sampled rows")
   norm_fn = normalizers.get(name, **params)
-
+  exact_pos = np.arange(len(exact_idx))  # the exact rows' positions in exact_rows
+  check_pos = exact_pos[:c.check_rows]
   summaries, per_row = [], []
   units = units if units is not None else resume.Units(UNIT)
   t0 = time.perf_counter()
@@ -320,15 +331,18 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   def results(complete: bool, seconds: float) -> dict:
     res = {"source": src.source_info, "normalizer": name, "params": params,
            "sampling": sampling, "temperatures": temps, "epsilons": epsilons, "length": L,
-           "n_rows": int(rows.shape[0]), "per_temperature": summaries,
+           "n_rows": int(R), "per_temperature": summaries,
            "temperatures_done": len(summaries), "complete": complete, "seconds": seconds,
            resume.BLOCK: units.block(complete)}
     return res
 
-  # The rows go to the device once; every statistic below runs there (jitted, L2-sized chunks)
-  # and returns per-temperature numbers or the sampled rows' g, never a per-row matrix.
-  rows_dev, mask_dev = jax.device_put(rows), jax.device_put(mask)
-  screen = (gradient_screen.Screen(rows_dev, mask_dev, dtype, dtype_tol["violation_rtol"])
+  # Every statistic below runs on the device (jitted, L2-sized chunks) and returns
+  # per-temperature numbers or the sampled rows' g, never a per-row matrix; the screen reads
+  # the rows a block at a time, g(T, eps) only the sample (on the device once).
+  fd_l_dev, fd_m_dev = jax.device_put((fd_l, fd_m))
+  del fd_l
+  fd_pos = np.arange(fd_idx.size)
+  screen = (gradient_screen.Screen(blocks, None, dtype, dtype_tol["violation_rtol"])
             if name == "softmax" else None)
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
     for c0 in range(0, len(temps), c.t_batch):
@@ -344,11 +358,12 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
         interrupts.check()
         continue
       stats = screen.stats(chunk) if screen is not None else None  # {name: (K,)}
-      g_all = sensitivity.fd_rows(norm_fn, rows_dev, mask_dev, mask, fd_idx, chunk, epsilons,
+      g_all = sensitivity.fd_rows(norm_fn, fd_l_dev, fd_m_dev, fd_m, fd_pos, chunk, epsilons,
                                   jax.random.fold_in(k_dir, c0), dtype=dtype)  # (S, K, E)
       batch_summaries, batch_rows = [], []
       for j, T in enumerate(chunk):
-        s, pr = run_temperature(T, rows, mask, exact_idx, check_idx, epsilons, name, params,
+        s, pr = run_temperature(T, exact_rows, exact_mask, exact_pos, check_pos, epsilons,
+                                name, params, row_ids=exact_idx,
                                 g_vals=g_all[:, j], fd_idx=fd_idx,
                                 all_stats=None if stats is None else
                                 {k: v[j] for k, v in stats.items()},

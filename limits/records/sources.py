@@ -8,7 +8,9 @@
   windows from the start of the body (AMBIG-6).
 - :func:`model_logit_rows` returns the raw q·k attention logits of every layer, head and query
   with the causal mask (AMBIG-12: the model's own temperature on this scale is √d_head, 8 for
-  GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources.
+  GPT-2), so the math modules receive the same ``(rows, mask)`` arrays as from synthetic sources;
+  :func:`iter_logit_blocks` gives the same rows one (window, layer) at a time, with
+  :func:`logit_row_meta` saying which row is which (no (R, L) array).
 
 AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 """
@@ -179,50 +181,75 @@ def model_logit_rows(model: Model, length: int, windows: int, *, layers=None,
   scale (AMBIG-12: divide by T; the model's own T is √d_head). Masked (future) entries are set
   to 0 and marked False in ``mask``; query t (0-based) has t+1 visible entries, min(t+1, W) in
   a local layer with sliding window W (Gemma 3): the effective length is the visible count.
+  The whole (R, L) matrix and mask in memory (4 windows of SmolLM2 at L = 1,024: 5.6 GB): a
+  run over many rows reads them one (window, layer) block at a time instead
+  (:func:`logit_row_meta` and :func:`iter_logit_blocks`, as the gradient step does).
 
   Returns:
     rows: float32 ``(R, L)``, R = windows · n_kept_layers · n_head · L, ordered by window, then
       layer, then head, then query.
     mask: bool ``(R, L)``, True = visible.
-    meta: dict of int32 ``(R,)`` arrays ``window``, ``layer``, ``head``, ``query``, ``n_visible``,
-      ``attn_window`` (the layer's sliding window W, 0 = global),
-      plus ``tokens`` (the windows, ``(windows, L)``), ``layers`` (kept layer indices) and
-      ``native_temperature`` (√d_head).
+    meta: :func:`logit_row_meta`.
   """
-  from limits import models, numerics, records
-
   tokens = corpus_windows(model, length, windows, text=text, data_dir=data_dir,
                           allow_download=allow_download)
+  meta = logit_row_meta(model, tokens, layers)
+  kept, l = meta["layers"], int(length)
+  rows = np.empty((meta["query"].size, l), dtype=np.float32)
+  mask = np.empty((meta["query"].size, l), dtype=bool)
+  for start, block, vis in iter_logit_blocks(model, tokens, kept):
+    rows[start:start + block.shape[0]] = block
+    mask[start:start + block.shape[0]].reshape(-1, l, l)[...] = vis  # every head of the block
+  return rows, mask, meta
+
+
+def logit_row_meta(model: Model, tokens: np.ndarray, layers=None) -> dict:
+  """What identifies each row of :func:`model_logit_rows` for the windows ``tokens`` (n, L),
+  without the rows: int32 ``(R,)`` arrays ``window``, ``layer``, ``head``, ``query``,
+  ``n_visible``, ``attn_window`` (the layer's sliding window W, 0 = global), plus ``tokens``,
+  ``layers`` (kept layer indices) and ``native_temperature`` (√d_head). Row r's mask is
+  implied: key j is visible iff j ≤ query and (W = 0 or j > query − W)."""
+  from limits import models
+
   c = model.config
   kept = _kept_layers(layers, c.n_layer)
-  n_kept, h, l = len(kept), c.n_head, int(length)
-  per_window = n_kept * h * l
-  rows = np.empty((tokens.shape[0] * per_window, l), dtype=np.float32)
-  # Per kept layer: causal, and the sliding window in a local layer (Gemma 3).
+  h, l = c.n_head, tokens.shape[1]
   attn_windows = [int(models.layer_kinds(c)[i] or 0) for i in kept]
-  vis_of = [np.asarray(numerics.attention_mask(l, wn)) for wn in attn_windows]
-  for w in range(tokens.shape[0]):
-    # One layer's (1, H, L, L) scores at a time (iter_layers), written straight into rows.
-    for li, (layer, rec) in enumerate(records.iter_layers(model, tokens[w:w + 1], layers=kept,
-                                                         fields=("scores",))):
-      assert layer == kept[li]
-      start = w * per_window + li * h * l
-      block = rows[start:start + h * l].reshape(h, l, l)
-      block[...] = np.asarray(rec.scores[0], dtype=np.float32)
-      block[:, ~vis_of[li]] = 0.0
-      del rec
-  per_layer = np.stack([np.broadcast_to(v, (h, l, l)) for v in vis_of])  # (n_kept, H, L, L)
-  mask = np.broadcast_to(per_layer, (tokens.shape[0],) + per_layer.shape).reshape(-1, l)
   grid = np.meshgrid(np.arange(tokens.shape[0]), np.asarray(kept), np.arange(h), np.arange(l),
                      indexing="ij")
   window_i, layer_i, head_i, query_i = (g.reshape(-1).astype(np.int32) for g in grid)
   attn_window = np.asarray(attn_windows, np.int32)[np.searchsorted(kept, layer_i)]
   n_visible = np.where(attn_window > 0, np.minimum(query_i + 1, attn_window), query_i + 1)
-  meta = {"window": window_i, "layer": layer_i, "head": head_i, "query": query_i,
+  return {"window": window_i, "layer": layer_i, "head": head_i, "query": query_i,
           "n_visible": n_visible.astype(np.int32), "attn_window": attn_window,
           "tokens": tokens, "layers": tuple(kept),
           "native_temperature": model.native_temperature}
-  return rows, np.ascontiguousarray(mask), meta
+
+
+def iter_logit_blocks(model: Model, tokens: np.ndarray, layers=None, *, store=None):
+  """Yields ``(start, rows, vis)`` per (window, layer), in the row order of
+  :func:`model_logit_rows`: ``rows`` float32 ``(H·L, L)`` are that matrix's rows
+  ``start : start + H·L`` (masked entries 0), ``vis`` bool ``(L, L)`` the layer's mask (the
+  same for every head: causal, and the sliding window in a local layer). One layer's scores
+  at a time (``limits.records.iter_layers``; ``store`` as there, None: the environment's)."""
+  from limits import models, numerics, records
+
+  c = model.config
+  kept = _kept_layers(layers, c.n_layer)
+  h, l = c.n_head, tokens.shape[1]
+  per_window = len(kept) * h * l
+  vis_of = [np.asarray(numerics.attention_mask(l, int(models.layer_kinds(c)[i] or 0)))
+            for i in kept]
+  kw = {} if store is None else {"store": store}
+  for w in range(tokens.shape[0]):
+    for li, (layer, rec) in enumerate(records.iter_layers(model, tokens[w:w + 1], layers=kept,
+                                                         fields=("scores",), **kw)):
+      assert layer == kept[li]
+      block = np.empty((h, l, l), np.float32)
+      block[...] = np.asarray(rec.scores[0], dtype=np.float32)
+      block[:, ~vis_of[li]] = 0.0
+      del rec
+      yield w * per_window + li * h * l, block.reshape(h * l, l), vis_of[li]
 
 
 def iter_model_layers(model: Model, length: int, windows: int, *, layers=None,

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib
 import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from limits import claims
 from limits.claims import report_cells as rc
+from limits.errors import LimitsError
+from limits.runs import options
 
+EXPERIMENT = "reproduce"
 FULL_LENGTHS = "32,64,128,256,512,1024"
 
 
@@ -29,7 +33,9 @@ Overrides = Mapping[str, Any]  # config field (= flag name) -> value
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-  """One experiment run: its CLI ``module`` with config overrides, into ``OUT/<name>``.
+  """One experiment run: its CLI ``module`` with config overrides, into ``OUT/<name>``; the
+  module's config dataclass is :attr:`config` (:data:`CONFIGS`), whose fields the overrides
+  must be (:func:`check_plan`: one line at plan time for a misspelled one).
 
   ``full`` (the paper's settings) and ``quick`` (a few minutes on 2 CPU cores) map fields of
   the experiment's config dataclass (the CLI's flags of the same names) to values; the rest
@@ -46,6 +52,21 @@ class Step:
   quick: Overrides
   uses_model: bool = True
   reading: Optional[tuple[str, str, str]] = None
+
+  @property
+  def config(self) -> type:
+    """The experiment's config dataclass (:data:`CONFIGS`, imported on first use: the task
+    modules import JAX, ``reproduce --help`` does not)."""
+    module, _, name = CONFIGS[self.module].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+# The config dataclass of each experiment CLI a step runs ("module:Class"): its fields are the
+# CLI's flags, so a step's overrides are checked against them (check_overrides).
+CONFIGS = {"experiments.gradient": "limits.gradient.task:GradientConfig",
+           "experiments.vanishing": "limits.vanishing:VanishingConfig",
+           "experiments.distance": "limits.distance.task:DistanceConfig",
+           "experiments.separability": "limits.separability.task:SeparabilityConfig"}
 
 
 STEPS = (
@@ -122,16 +143,35 @@ def fit_to_context(overrides: Overrides, ctx: int) -> dict[str, Any]:
   return out
 
 
+def _step_names(text: str, name: str) -> tuple[str, ...]:
+  """``--only``: comma-separated names of :data:`STEPS` (one line naming the unknown ones)."""
+  names = options.comma_items(text, name)
+  unknown = [s for s in names if s not in STEP_NAMES]
+  if unknown:
+    raise LimitsError(f"--{name} has unknown step(s) {unknown}; allowed: "
+                      f"{', '.join(STEP_NAMES)}")
+  return names
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """What the user asked for: the model, quick or paper settings, and the corpus."""
+  """What the user asked for: the model, quick or paper settings, the corpus, and (for the
+  command, not the steps) which steps, into which folder, resumed or not. Each field declares
+  the ``reproduce`` command's flag of its name (:mod:`limits.runs.options`)."""
 
-  model: str = "tiny"
-  quick: bool = False
-  seed: int = 0
-  windows: Optional[int] = None   # corpus windows per length (default 1 quick, 4 full)
-  data_dir: Optional[str] = None
-  text: Optional[str] = None
+  model: str = options.model()
+  quick: bool = options.option(False, "Small grids (about 13 min for the embedded model's 16 "
+                               "steps on 2 idle CPU cores).")
+  seed: int = options.seed("Seed passed to every step.")
+  windows: Optional[int] = options.windows(  # default 1 quick, 4 full
+      None, "Corpus windows per length (default 1 quick, 4 full).")
+  data_dir: Optional[str] = options.data_dir()
+  text: Optional[str] = options.text()
+  only: tuple[str, ...] = options.option((), "Comma-separated step names to run (default all).",
+                                         parse=_step_names)
+  out_dir: Optional[str] = options.out_dir(EXPERIMENT)
+  resume: bool = options.option(True, "Skip steps whose results.json is a finished run with the "
+                                "same settings.")
 
 
 def step_overrides(step: Step, settings: Settings, ctx: Optional[int] = None) -> dict[str, Any]:
@@ -148,6 +188,26 @@ def step_overrides(step: Step, settings: Settings, ctx: Optional[int] = None) ->
     if settings.text:
       out["text"] = settings.text
   return out
+
+
+def check_overrides(step: Step, overrides: Overrides) -> None:
+  """One LimitsError line unless every override is a field of the step's config
+  (:attr:`Step.config`) with an allowed value (the field's ``choices`` and ``check``, as its
+  flag would say)."""
+  fields = {f.name: f for f in dataclasses.fields(step.config)}
+  for name, value in overrides.items():
+    if name not in fields:
+      raise LimitsError(f"step {step.name}: {name!r} is not a setting of {step.module} "
+                        f"({step.config.__name__}); allowed: {', '.join(sorted(fields))}")
+    why = options.violation(fields[name], value)
+    if why:
+      raise LimitsError(f"step {step.name}: {why}")
+
+
+def check_plan(steps: Sequence[Step], settings: Settings) -> None:
+  """:func:`check_overrides` of every step's overrides (before any step runs)."""
+  for step in steps:
+    check_overrides(step, step_overrides(step, settings))
 
 
 def as_flags(overrides: Overrides) -> list[str]:

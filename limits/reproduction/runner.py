@@ -23,7 +23,7 @@ from limits.runs import interrupts
 from limits import reproduction as rp
 from limits.runs import results as res
 
-EXPERIMENT = "reproduce"
+EXPERIMENT = rp.EXPERIMENT
 
 # Runs in the child before it becomes the step: ask the kernel to SIGTERM it when this parent
 # dies (even by SIGKILL), and give up if the parent is already gone; then exec the step.
@@ -81,12 +81,15 @@ def records_env(out: Path) -> dict[str, str]:
   return env
 
 
-def remove_records(out: Path, status) -> None:
-  """Deletes ``OUT/records`` once every step succeeded (a failed or interrupted run keeps it,
-  so a rerun reads its records instead of recomputing them)."""
+def remove_records(out: Path, status, names=None) -> None:
+  """Deletes ``OUT/records`` once every step of the plan succeeded (a failed or interrupted
+  run keeps it, and so does a run of part of the plan, ``--only``: a rerun, or the run of the
+  other steps, reads its records instead of recomputing them). ``names``: the steps of the
+  whole plan (default :data:`limits.reproduction.STEP_NAMES`)."""
   import shutil
 
-  if all(st.get("status") == "ok" for st in status.values()):
+  names = rp.STEP_NAMES if names is None else names
+  if all(status.get(n, {}).get("status") == "ok" for n in names):
     shutil.rmtree(out / RECORDS, ignore_errors=True)
 
 
@@ -215,6 +218,7 @@ def reproduce(steps, settings: rp.Settings, out_dir, run_config: dict[str, Any],
   unusable), prepares and locks the output folder, runs :func:`run_all` and releases the lock.
   Returns ``(out, status)``. ``identity``/``overwrite``: as :func:`limits.runs.results.prepare_out_dir`
   (default: from the running CLI's flags)."""
+  rp.check_plan(steps, settings)  # every override a field of its step's config, else one line
   config, what = check_prerequisites(steps, settings)  # one line, exit 2 if unusable
   out = res.prepare_out_dir(out_dir, EXPERIMENT, identity=identity, overwrite=overwrite)
   try:

@@ -17,6 +17,8 @@ import dataclasses
 import math
 from typing import Any, Callable, Sequence
 
+from limits.runs import parsing
+
 Check = tuple[Callable[[Any], bool], str]  # (value -> ok, "be ..." for "--NAME must be ...")
 
 
@@ -38,17 +40,67 @@ NONNEGATIVE: Check = (nonnegative, "be >= 0")
 
 
 def option(default: Any, help: str, *, choices: Sequence[str] | None = None,
-           check: Check | None = None, cli: bool = True, **extra: Any) -> Any:
+           check: Check | None = None, cli: bool = True, message: str | None = None,
+           parse: Callable[[str, str], Any] | None = None, multi: bool = False,
+           **extra: Any) -> Any:
   """A dataclass field with its command line: ``help``, ``choices`` (an enum flag), ``check``
-  (a validator: one line ``--NAME must ...`` when it fails), ``cli`` (False: library only) and
-  any ``extra`` metadata the experiment reads (e.g. ``resume=True``: a training setting a
-  checkpoint must share).
+  (a validator: one line ``--NAME must ...`` when it fails; ``message``: that line's whole text
+  instead), ``cli`` (False: library only) and any ``extra`` metadata the experiment reads (e.g.
+  ``resume=True``: a training setting a checkpoint must share).
+
+  A tuple field is a list on the command line: with ``multi`` a repeated flag (``--run=a
+  --run=b``), else one comma-separated string flag (default: the values joined by commas) that
+  ``parse(text, name)`` turns into the field's value (default: the non-empty comma-separated
+  items, as strings).
 
   A rule over several fields is the config class's ``CROSS_CHECKS``: a tuple of
   ``(field names, predicate over {name: value}, message)``."""
   return dataclasses.field(default=default, metadata={
       "help": help, "choices": tuple(choices) if choices else None, "check": check, "cli": cli,
-      **extra})
+      "message": message, "parse": parse, "multi": multi, **extra})
+
+
+def comma_items(text: str, name: str) -> tuple[str, ...]:
+  """The non-empty, stripped items of a comma-separated flag value (``name``: the flag)."""
+  del name
+  return tuple(s for s in (x.strip() for x in text.split(",")) if s)
+
+
+def comma_ints(text: str, name: str) -> tuple[int, ...]:
+  """A comma-separated list of integers (``limits.runs.parsing.parse_ints``: one line naming
+  ``--name`` for a bad item); the empty string is ``()``."""
+  return tuple(parsing.parse_ints(text, name)) if text else ()
+
+
+def flag_default(field: dataclasses.Field) -> Any:
+  """A field's default as its flag shows it: a tuple joined by commas (a list for a repeated
+  flag), anything else as is."""
+  md, value = metadata(field), field.default
+  if isinstance(value, tuple):
+    return list(value) if md.get("multi") else ",".join(map(str, value))
+  return value
+
+
+def from_flag(field: dataclasses.Field, value: Any) -> Any:
+  """A flag's parsed value as the field's value (the inverse of :func:`flag_default`)."""
+  md = metadata(field)
+  if md.get("multi"):
+    return tuple(value)
+  if isinstance(field.default, tuple):
+    return (md.get("parse") or comma_items)(value, field.name)
+  return value
+
+
+def violation(field: dataclasses.Field, value: Any) -> str | None:
+  """Why ``value`` is not allowed for ``field`` (its ``choices`` or ``check``), as ``NAME=VALUE
+  ...``; None when it is allowed. The one wording of a config value refused outside a command
+  line (a reproduction step's override, a sweep cell)."""
+  md = metadata(field)
+  if md.get("choices") and value not in md["choices"]:
+    return f"{field.name}={value!r}; allowed: {', '.join(md['choices'])}"
+  if md.get("check") and not md["check"][0](value):
+    return f"{field.name}={value!r} must {md['check'][1]}"
+  return None
 
 
 def metadata(field: dataclasses.Field) -> dict:

@@ -9,33 +9,65 @@ import json
 import math
 
 from limits.errors import check
+from limits.runs import options
 from limits.scorecard.candidates import CANDIDATES, REFERENCE, parse_candidates
+
+EXPERIMENT = "scorecard"
+NOT_RECORDED = ("out_dir", "plot")  # where the run is written and whether it draws: no number
+
+
+def _candidates(text: str, name: str) -> tuple[str, ...]:
+  del name
+  return parse_candidates(text)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Everything a scorecard's numbers depend on (its digest keys the resumable parts)."""
-  model: str = "tiny"
-  candidates: tuple[str, ...] = tuple(CANDIDATES)
-  length: int = 256
-  eval_windows: int = 2
-  calib_windows: int = 2
-  calib_lo: float = 1 / 64
-  calib_hi: float = 16.0
-  calib_grid: int = 5
-  calib_iters: int = 5
-  lemma1_lengths: tuple[int, ...] = ()   # () = powers of two from 16 to L, and L
-  distance_ns: tuple[int, ...] = (5, 100)
-  ks_alpha: float = 0.01
-  sep_ns: tuple[int, ...] = (16, 32, 64)
-  radius: float = 1.0
-  jac_rows: int = 64
-  epsilon: float = 0.1
-  layer_stride: int = 1
-  timing_rounds: int = 3
-  seed: int = 0
-  text: str | None = None
-  data_dir: str | None = None
+  """Everything a scorecard's numbers depend on (its digest keys the resumable parts), and the
+  run's folder and figure switch (:data:`NOT_RECORDED`: in neither the digest nor
+  :meth:`as_dict`). Each field declares its CLI flag (``limits.runs.options``)."""
+  model: str = options.model()
+  candidates: tuple[str, ...] = options.option(
+      tuple(CANDIDATES), "Comma-separated candidates (must include softmax, the reference).",
+      parse=_candidates)
+  length: int = options.option(256, "Window length L (evaluation and calibration).",
+                               check=options.POSITIVE_INT)
+  eval_windows: int = options.option(2, "Held-out evaluation windows (the first of the corpus).",
+                                     check=options.POSITIVE_INT)
+  calib_windows: int = options.option(2, "Calibration windows (seeded, after the evaluation "
+                                      "ones).", check=options.POSITIVE_INT)
+  calib_lo: float = options.option(1 / 64, "Calibration bracket: smallest multiplier c.",
+                                   check=options.POSITIVE_NUMBER)
+  calib_hi: float = options.option(16.0, "Calibration bracket: largest multiplier c.",
+                                   check=options.POSITIVE_NUMBER)
+  calib_grid: int = options.option(5, "Log-spaced grid points (plus c = 1) before the search.",
+                                   check=options.POSITIVE_INT)
+  calib_iters: int = options.option(5, "Evaluations of Brent's bounded search after the grid.",
+                                    check=options.NONNEGATIVE)
+  lemma1_lengths: tuple[int, ...] = options.option(  # () = powers of two from 16 to L, and L
+      (), "Causal prefixes t for Lemma 1 (default: 16, 32, ... up to L, and L).",
+      parse=options.comma_ints)
+  distance_ns: tuple[int, ...] = options.option(
+      (5, 100), "Top-N values at which d̃ is reported (N < L).", parse=options.comma_ints)
+  ks_alpha: float = options.option(0.01, "KS significance level of the distance column.",
+                                   cli=False)
+  sep_ns: tuple[int, ...] = options.option(
+      (16, 32, 64), "Top-N values averaged into the N_s/N plateau.", parse=options.comma_ints)
+  radius: float = options.option(1.0, "Sphere radius of the separability column.", cli=False)
+  jac_rows: int = options.option(64, "Sampled rows for the exact Jacobian norms and g.",
+                                 check=options.POSITIVE_INT)
+  epsilon: float = options.option(0.1, "ε of the finite-difference sensitivity g(T, ε).",
+                                  check=options.POSITIVE_NUMBER)
+  layer_stride: int = options.option(1, "Metrics on every k-th layer (the swap is in all).",
+                                     check=options.POSITIVE_INT)
+  timing_rounds: int = options.option(3, "Interleaved rounds for the forward-time cost.",
+                                      check=options.POSITIVE_INT)
+  seed: int = options.seed("Seed: calibration windows, Jacobian rows, directions of g.")
+  text: str | None = options.text()
+  data_dir: str | None = options.data_dir(
+      "Folder with war_and_peace.txt (else $LIMITS_DATA_DIR, else the embedded corpus).")
+  out_dir: str | None = options.out_dir(EXPERIMENT)
+  plot: bool = options.plot("Write scorecard.png.")
 
   def __post_init__(self):
     check(self.length >= 4, f"--length={self.length} must be >= 4")
@@ -69,7 +101,8 @@ class Config:
     return tuple(dict.fromkeys(CANDIDATES[k].family for k in self.candidates))
 
   def as_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    """The recorded settings: every field but :data:`NOT_RECORDED`."""
+    return {k: v for k, v in dataclasses.asdict(self).items() if k not in NOT_RECORDED}
 
   def digest(self) -> str:
     blob = json.dumps(self.as_dict(), sort_keys=True, default=str).encode()

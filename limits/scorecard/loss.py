@@ -19,11 +19,19 @@ def next_token_nll(logits, tokens):
   return -jnp.take_along_axis(lp, tokens[:, 1:, None], axis=-1)[..., 0]
 
 
+def base_temperature(config) -> float:
+  """T0, the model's own temperature on the raw q·k scale (AMBIG-12): √d_head, or the family's
+  ``attn_temperature`` (Gemma 3: √query_pre_attn_scalar), as ``limits.models.forward`` uses
+  with ``temperature=None``."""
+  native = getattr(config, "attn_temperature", None)
+  return float(math.sqrt(config.d_head) if native is None else native)
+
+
 def token_nll(params, config, tokens, family: str, multiplier: float, length: int) -> np.ndarray:
   """Next-token NLL (B, L−1) of the model with ``family`` at multiplier c in every layer."""
   from limits import models
 
-  t0 = math.sqrt(config.d_head)
+  t0 = base_temperature(config)
   out = models.forward(params, jnp.asarray(tokens), config, normalizer=normalizer(family, length),
                        temperature=t0 / float(multiplier), layers=())
   return np.asarray(next_token_nll(out.logits, jnp.asarray(tokens)))

@@ -1,8 +1,16 @@
 """Scorecard metrics over recorded arrays (pure): Lemma 1 (max α·t, exact zeros), Theorem 1
-(d̃, critical N), Theorem 2 (N_s/N plateau), and the seeded rows the Jacobians are taken on."""
+(d̃, critical N), Theorem 2 (N_s/N plateau), and the seeded rows the Jacobians are taken on.
+
+Sliding-window layers (Gemma 3's local layers, a layer's ``window`` W > 0): query t sees only
+its last min(t + 1, W) keys, which is its effective length everywhere here, as in
+``limits.distance`` and ``limits.separability``: keys before the window (weight exactly 0) are
+not tokens of the row (not counted as exact zeros, not non-selected, not in the Jacobian's
+row). ``window`` 0 is a global (causal) layer.
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -10,14 +18,21 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def lemma1_rows(weights, lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-  """For causal weights (..., L, L) and prefixes t: max α·t (..., K) and the share of exactly
-  zero weights (..., K) among the t visible keys of query t−1."""
+def effective_length(t: int, window: int = 0) -> int:
+  """Keys seen by query t − 1 (a prefix of t tokens): t, or min(t, W) in a local layer."""
+  return min(int(t), int(window)) if window else int(t)
+
+
+def lemma1_rows(weights, lengths: Sequence[int], window: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """For causal weights (..., L, L) and prefixes t: max α·n (..., K) and the share of exactly
+  zero weights (..., K) among the n visible keys of query t−1, n = :func:`effective_length`
+  (t, or min(t, W) in a layer with sliding window ``window`` = W)."""
   w = np.asarray(weights)
   mx, zs = [], []
   for t in lengths:
-    row = w[..., t - 1, :t]
-    mx.append(row.max(axis=-1) * t)
+    n = effective_length(t, window)
+    row = w[..., t - 1, t - n:t]
+    mx.append(row.max(axis=-1) * n)
     zs.append(np.mean(row == 0, axis=-1))
   return np.stack(mx, axis=-1), np.stack(zs, axis=-1)
 
@@ -35,20 +50,24 @@ def lemma1_summary(max_al, zero_share, lengths: Sequence[int]) -> dict:
           "n_per_length": int(m.shape[0])}
 
 
-@jax.jit
-def _printed_token_means(weights, x, ns):
+@functools.partial(jax.jit, static_argnames=("window",))
+def _printed_token_means(weights, x, ns, window: int = 0):
   """(H, K) token averages of the printed E (x̄ = Σ_j α_j x_j) of every head of one layer and
   window: ``limits.distance.printed.head_expectations`` vmapped over heads, compiled once per shape
-  (``printed.layer_expectation_means`` runs its ``lax.map`` outside jit, recompiled per call)."""
+  (``printed.layer_expectation_means`` runs its ``lax.map`` outside jit, recompiled per call).
+  ``window``: the layer's sliding window (0 = global)."""
   from limits.distance import printed
 
-  out = jax.vmap(printed.head_expectations, in_axes=(0, 0, None))(weights, x, ns)[0]
+  fn = functools.partial(printed.head_expectations, window=window)
+  out = jax.vmap(fn, in_axes=(0, 0, None))(weights, x, ns)[0]
   return jnp.nanmean(out, axis=1)  # (H, L, K) -> (H, K)
 
 
 def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: float = 0.01,
-                     batch: int = 4) -> dict:
-  """Theorem 1 on per-layer ``(weights (W, H, L, L), x (W, H, L, d))`` arrays (float32).
+                     batch: int = 4, windows: Sequence[int] | None = None) -> dict:
+  """Theorem 1 on per-layer ``(weights (W, H, L, L), x (W, H, L, d))`` arrays (float32);
+  ``windows``: each layer's sliding window (0 = global; None: every layer global), so a local
+  layer's rows have length min(t + 1, W) (``limits.distance.layer_stats(window=…)``).
 
   Per-head token-averaged d̃ (sum form) and E at each N of ``ns_report`` < L (median over
   heads), and Algorithm 3's critical N as the claims read Fig. 2c (issue 28, primary reading):
@@ -61,13 +80,14 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   """
   from limits import distance, selection, stats
 
-  srt = [selection.sort_rows(w) for w, _ in layers]
+  wins = [0] * len(layers) if windows is None else [int(v or 0) for v in windows]
+  srt = [selection.sort_rows(w, win) for (w, _), win in zip(layers, wins)]
 
   def head_means(ns):
     padded = list(ns) + [ns[-1]] * (batch - len(ns))
     parts = [distance.reduce_windows(distance.layer_stats(w, x, padded, bound=False,
-                                                          sorted_rows=s))
-             for (w, x), s in zip(layers, srt)]
+                                                          sorted_rows=s, window=win))
+             for (w, x), s, win in zip(layers, srt, wins)]
     m = distance.token_means(distance.concat_heads(parts))
     return {k: np.asarray(v)[:, :len(ns)] for k, v in m.items()}
 
@@ -79,8 +99,8 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   def printed_means(ns):  # (heads, K): the printed E per head, mean over windows
     ns = jnp.asarray(ns)
     return np.concatenate([np.mean([np.asarray(_printed_token_means(
-        jnp.asarray(w[i]), jnp.asarray(x[i], w.dtype), ns)) for i in range(w.shape[0])], axis=0)
-        for w, x in layers], axis=0)
+        jnp.asarray(w[i]), jnp.asarray(x[i], w.dtype), ns, window=win))
+        for i in range(w.shape[0])], axis=0) for (w, x), win in zip(layers, wins)], axis=0)
 
   def scan_pvalues(ns):
     padded = list(ns) + [ns[-1]] * (batch - len(ns))  # one compiled shape for every batch
@@ -108,12 +128,22 @@ def distance_metrics(layers, ns_report: Sequence[int], length: int, *, alpha: fl
   return out
 
 
-def separability_sums(weights, v, ns: Sequence[int], radius: float) -> np.ndarray:
-  """``separability.layer_sums`` for one layer of one window: (H, K, F) sums."""
+def separability_sums(weights, v, ns: Sequence[int], radius: float,
+                      window: int = 0) -> np.ndarray:
+  """``separability.layer_sums`` for one layer of one window: (H, K, F) sums (``window``: the
+  layer's sliding window, 0 = global)."""
   from limits import separability
 
   return np.asarray(separability.layer_sums(jnp.asarray(weights), jnp.asarray(v),
-                                            jnp.asarray(ns, jnp.int32), radius))
+                                            jnp.asarray(ns, jnp.int32), radius, window=window))
+
+
+def jacobian_mask(length: int, query: int, window: int = 0) -> np.ndarray:
+  """(L,) bool: the keys query ``query`` sees (its causal prefix, cut to the last W keys in a
+  layer with sliding window ``window`` = W)."""
+  pos = np.arange(length)
+  vis = pos <= query
+  return vis & (pos > query - window) if window else vis
 
 
 def separability_summary(sums, ns: Sequence[int]) -> dict:

@@ -156,6 +156,24 @@ def sentences(trows: Sequence[dict]) -> list[str]:
   return out
 
 
+def _window_text(model_info: dict, keep, reference: dict) -> str:
+  """The sliding-window sentence of the report ("" for a model without local layers):
+  which kept layers are local, and the reference row's Lemma 1 medians by layer kind."""
+  wins = model_info.get("layer_windows")
+  kinds = reference.get("lemma1_by_kind")
+  if not wins or not kinds:
+    return ""
+  local = [i for i in keep if wins[i]]
+  parts = [f"{name} layers {k['layers']}: {k['median_max_aL'][0]:.3g}→"
+           f"{k['median_max_aL'][-1]:.3g} (slope {k['slope_loglog']:.2f})"
+           for name, k in kinds.items()]
+  return (f" Sliding-window (local) layers among them: {local} (W = "
+          f"{', '.join(str(v) for v in sorted({wins[i] for i in local}))}); every metric uses "
+          "each query's effective length min(t + 1, W), keys before the window are not tokens "
+          f"of its row. {reference['label']}'s max α·L by layer kind, "
+          + "; ".join(parts) + " (all rows: results.json lemma1_by_kind).")
+
+
 def report(result: dict, cfg: Config, model_info: dict, command: str = "") -> tuple[list, str]:
   """(table rows, scorecard.md text) from :func:`run`'s result."""
   rows = result["rows"]
@@ -165,12 +183,15 @@ def report(result: dict, cfg: Config, model_info: dict, command: str = "") -> tu
   cal = result["calibrations"]
   edge = [f for f, c in cal.items() if c.get("at_edge")]
   w = result["windows"]
+  t0 = float(rows[0]["temperature"]) * float(rows[0]["multiplier"])  # T = T0 / c
+  t0_text = ("√d_head" if math.isclose(t0, math.sqrt(model_info["d_head"]), rel_tol=1e-9)
+             else "the model's own scale (Gemma 3: √query_pre_attn_scalar)")
   lines = [
       f"# Normalizer scorecard: {model_info['name']}", "",
       f"Command: `{command}`" if command else "", "",
       f"Model {model_info['name']} ({model_info['family']}, {model_info['n_layer']} layers × "
-      f"{model_info['n_head']} heads, d_head {model_info['d_head']}; T0 = √d_head = "
-      f"{math.sqrt(model_info['d_head']):.3g} on the raw q·k scale). Every candidate replaces "
+      f"{model_info['n_head']} heads, d_head {model_info['d_head']}; T0 = {t0_text} = "
+      f"{t0:.3g} on the raw q·k scale). Every candidate replaces "
       f"the normalizer in every layer; weights unchanged. Evaluation windows "
       f"{w['evaluation']} and calibration windows {w['calibration']} (L = {w['length']}, window "
       f"w = tokens [w·L, (w+1)·L) of War and Peace; calibration windows drawn with seed "
@@ -179,11 +200,13 @@ def report(result: dict, cfg: Config, model_info: dict, command: str = "") -> tu
       f"{cfg.calib_grid} log-spaced c in [{cfg.calib_lo:g}, {cfg.calib_hi:g}] then "
       f"{cfg.calib_iters} steps of Brent's bounded search, minimising the NLL of the "
       "calibration windows"
-      + (f"; best at the bracket edge for {', '.join(edge)}" if edge else "") + ".", "",
+      + (f"; best at the bracket edge for {', '.join(edge)}" if edge else "") + "."
+      + _window_text(model_info, keep, rows[0]), "",
       markdown_table(trows, sizes, cfg), "",
       "Columns: Δ = paired mean NLL difference to softmax (T0) on the same tokens ± its standard "
       "error over tokens; max α·L = median over (window, layer, head) of the largest weight × t "
-      "at query t−1 (t keys), with the log-log slope over t; zeros = share of exactly-zero "
+      "at query t−1 (t keys; min(t, W) in a sliding-window layer), with the log-log slope "
+      "over t; zeros = share of exactly-zero "
       "weights at that query; crit. N/L = Algorithm 3's ascending scan N = 1, 2, …: the first "
       f"N where KS (α = {cfg.ks_alpha:g}) does not reject d̄ against the printed E (the paper's, "
       "x̄ = Σ α_j x_j) over heads ('none' if it rejects for every N; the reconstructed E's "

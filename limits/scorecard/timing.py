@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Sequence
 
@@ -10,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.scorecard.candidates import normalizer
+from limits.scorecard.loss import base_temperature
 
 
 def time_forwards(params, config, tokens, families: Sequence[str], length: int,
@@ -20,7 +20,7 @@ def time_forwards(params, config, tokens, families: Sequence[str], length: int,
   Returns {family: [seconds per round]}."""
   from limits import models
 
-  t0 = math.sqrt(config.d_head)
+  t0 = base_temperature(config)
   tok = jnp.asarray(tokens)
 
   def once(fam):

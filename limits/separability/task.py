@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from limits.runs import interrupts, options, parsing
+from limits.runs import interrupts, options, parsing, seeding
 from limits.errors import check
 
 EXPERIMENT = "separability"
@@ -127,8 +127,7 @@ def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
 
   c = config
   L = c.length
-  key = jax.random.key(c.seed)
-  alpha_key, mc_key = jax.random.split(key)
+  alpha_key, mc_key = seeding.streams(c.seed, 2)  # limits.runs.seeding: the one rule
   dtype = jnp.float64 if c.x64 else jnp.float32
   alphas = jnp.stack([
       sph.synthetic_alpha(c.alpha_kind, L, jax.random.fold_in(alpha_key, h),

@@ -2,10 +2,13 @@
 
 - :mod:`limits.sweep.grid`: cells, grids, stable cell ids, ``--grid`` parsing.
 - :mod:`limits.sweep.registry`: :class:`Experiment` (a batched cell function with its
-  parameters and defaults) and the registry ``name -> Experiment``.
+  parameters and defaults), :class:`ConfigParameters` (a kind's parameters as fields of its
+  experiment's config dataclass) and the registry ``name -> Experiment``.
 - :mod:`limits.sweep.store`: the run directory (``sweep.json`` manifest, per-process lock and
   append-only ``records.<p>.jsonl`` shards), repair and resume, :func:`collect`.
 - :mod:`limits.sweep.devices`: the device mesh and multi-host start-up.
+- :mod:`limits.sweep.config`: :class:`SweepConfig`, the ``sweep`` command's settings (each
+  field declares its flag).
 - :mod:`limits.sweep.engine`: :func:`run_sweep`, which runs any registered experiment over a
   grid (sharded, resumable); it imports no theorem module.
 - :mod:`limits.sweep.kinds`: one module per experiment (``toy``, ``gradient``,
@@ -18,8 +21,8 @@ Everything callers use is importable from ``limits.sweep`` itself.
 
 from limits.sweep.grid import (Cell, Grid, canonical_json, cell_id, id_halves, load_grid_file,
                                parse_grid)
-from limits.sweep.registry import (EXPERIMENTS, CellFn, Experiment, describe, get_experiment,
-                                   register)
+from limits.sweep.registry import (EXPERIMENTS, CellFn, ConfigParameters, Experiment, describe,
+                                   get_experiment, register)
 from limits.sweep.store import (FORMAT, MANIFEST, ShardReport, append_lines, collect, flat_rows,
                                 grid_differences, load_done, make_manifest, manifest_differences,
                                 open_run, parse_record_line, read_manifest, read_shard,
@@ -28,12 +31,15 @@ from limits.sweep.devices import (MESH_AXIS, make_mesh, maybe_initialize_distrib
                                   select_devices)
 from limits.sweep.engine import Summary, float_dtype, results_block, run_sweep
 from limits.sweep import kinds  # registers every kind  # noqa: F401
+from limits.sweep.config import SweepConfig  # after the kinds: its help names them
 from limits.sweep.kinds.gradient import gradient_logits
 from limits.sweep.kinds.separability_sphere import separability_alpha, separability_points_key
 
 __all__ = [
-    "EXPERIMENTS", "FORMAT", "MANIFEST", "MESH_AXIS", "Cell", "CellFn", "Experiment", "Grid",
-    "ShardReport", "Summary", "append_lines", "canonical_json", "cell_id", "collect", "describe",
+    "EXPERIMENTS", "FORMAT", "MANIFEST", "MESH_AXIS", "Cell", "CellFn", "ConfigParameters",
+    "Experiment", "Grid",
+    "ShardReport", "Summary", "SweepConfig", "append_lines", "canonical_json", "cell_id",
+    "collect", "describe",
     "flat_rows", "float_dtype", "get_experiment", "gradient_logits", "grid_differences",
     "id_halves", "load_done", "load_grid_file", "make_manifest", "make_mesh",
     "manifest_differences", "maybe_initialize_distributed", "open_run", "parse_grid",

@@ -19,8 +19,8 @@ Execution (JAX's own sharding, no home-made scheduler):
   shared host arrays, model weights and corpus windows, replicated on the mesh as ``data=``),
   and returns a dict of per-cell arrays ``(b, ...)``. It runs under
   ``jax.shard_map`` with the cell axis sharded over ``"cells"`` (no communication between cells).
-- Randomness: ``run_key = jax.random.key(seed)``; the key of a cell is
-  ``fold_in(fold_in(run_key, hi), lo)`` where ``hi, lo`` are the two 32-bit halves of the cell
+- Randomness (the rule of :mod:`limits.runs.seeding`, the tasks' too): ``run_key =
+  jax.random.key(seed)``; the key of a cell is ``fold_in(fold_in(run_key, hi), lo)`` where ``hi, lo`` are the two 32-bit halves of the cell
   id. It depends only on the seed and the cell's parameters, never on its position, the batch,
   the device count or on resuming. Batches are cut from the full grid at fixed places (a resumed
   run recomputes a partly finished batch whole and appends only the missing cells), so an
@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from limits.runs import interrupts
+from limits.runs import interrupts, seeding
 from limits.errors import check
 from limits.sweep.devices import MESH_AXIS, make_mesh, select_devices
 from limits.sweep.grid import Grid, canonical_json, id_halves
@@ -100,8 +100,8 @@ def _step_fn(exp: Experiment, static: Mapping[str, Any], mesh):
   spec = P(MESH_AXIS)
 
   def local(params, hi, lo, seed, data):
-    run_key = jax.random.key(seed)
-    keys = jax.vmap(lambda h, l: jax.random.fold_in(jax.random.fold_in(run_key, h), l))(hi, lo)
+    run_key = seeding.root(seed)
+    keys = jax.vmap(lambda h, l: seeding.cell_key(run_key, h, l))(hi, lo)
     extra = {} if exp.inputs is None else {"data": data}
     out = exp.fn(static, params, keys, run_key, **extra)
     check(isinstance(out, Mapping), f"experiment {exp.name!r} must return a dict of arrays")
@@ -137,8 +137,8 @@ def _cell_keys(seed: int, halves: np.ndarray):
   """(run_key, per-cell keys (b,)) as in the jitted step: fold_in(fold_in(key(seed), hi), lo)."""
   import jax
 
-  run_key = jax.random.key(np.uint32(seed))
-  keys = jax.vmap(lambda h, l: jax.random.fold_in(jax.random.fold_in(run_key, h), l))(
+  run_key = seeding.root(np.uint32(seed))
+  keys = jax.vmap(lambda h, l: seeding.cell_key(run_key, h, l))(
       halves[:, 0], halves[:, 1])
   return run_key, keys
 

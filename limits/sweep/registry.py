@@ -7,10 +7,12 @@ when imported; the engine (:mod:`limits.sweep.engine`) only ever sees an :class:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any, Callable, Mapping, Sequence
 
 from limits.errors import check
+from limits.runs import options
 from limits.sweep.grid import Cell, Grid, cell_id
 
 CellFn = Callable[[Mapping[str, Any], Mapping[str, Any], Any, Any], Mapping[str, Any]]
@@ -26,7 +28,8 @@ class Experiment:
       Python values of the static parameters, ``params`` the numeric ones as ``(b,)`` arrays,
       ``keys`` the per-cell PRNG keys ``(b,)``; it must treat cells independently.
     defaults: every parameter with its default; the default's type (float, int, str, bool) is
-      the parameter's type. A grid may only name these parameters.
+      the parameter's type. A grid may only name these parameters. The real kinds' are
+      :class:`ConfigParameters` (fields of the experiment's config dataclass).
     static: integer parameters that determine shapes (strings and booleans are always static).
     default_grid: axes used when the user gives no grid.
     validate: ``validate(cell)`` raises LimitsError for a bad value (one line).
@@ -114,6 +117,65 @@ def _coerce(v: Any, default: Any, where: str) -> Any:
   return v
 
 
+class ConfigParameters(Mapping[str, Any]):
+  """The parameters of a kind that are fields of its experiment's config dataclass (issue 26:
+  a sweep kind and a reproduction step are the same experiment), as the kind's ``defaults``
+  (a read-only mapping ``name -> default``) with :meth:`check` for its ``validate``.
+
+  ``config``: the config class as ``"module:Class"``, imported on first use (the theorem
+  packages import JAX; importing :mod:`limits.sweep` does not). ``fields``: config fields that
+  are parameters as they are: same name, the field's default, its ``choices`` and ``check``
+  (:func:`limits.runs.options.violation`, one line per bad value). ``elements``: ``{parameter:
+  (list field, default)}``, a parameter that is one value of a comma-separated list field
+  (``temperature`` of ``temperatures``; the kind checks it). ``own``: ``{parameter: default}``
+  of the kind's own parameters (no config field)."""
+
+  def __init__(self, config: str, fields: Sequence[str],
+               elements: Mapping[str, tuple[str, Any]] | None = None,
+               own: Mapping[str, Any] | None = None):
+    self.config_path, self.fields = config, tuple(fields)
+    self.elements, self.own = dict(elements or {}), dict(own or {})
+    self._defaults: dict[str, Any] | None = None
+
+  @property
+  def config(self) -> type:
+    module, _, name = self.config_path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+  def _fields(self) -> dict[str, dataclasses.Field]:
+    by_name = {f.name: f for f in dataclasses.fields(self.config)}
+    missing = [n for n in [*self.fields, *(f for f, _ in self.elements.values())]
+               if n not in by_name]
+    if missing:
+      raise ValueError(f"{self.config_path} has no field(s) {missing}")
+    return by_name
+
+  def _load(self) -> dict[str, Any]:
+    if self._defaults is None:
+      by_name = self._fields()
+      defaults = {n: by_name[n].default for n in self.fields}
+      defaults.update({p: d for p, (_, d) in self.elements.items()})
+      defaults.update(self.own)
+      self._defaults = defaults
+    return self._defaults
+
+  def __getitem__(self, name: str) -> Any:
+    return self._load()[name]
+
+  def __iter__(self):
+    return iter(self._load())
+
+  def __len__(self) -> int:
+    return len(self._load())
+
+  def check(self, cell: Mapping[str, Any]) -> None:
+    """One LimitsError line for a value its config field refuses."""
+    by_name = self._fields()
+    for n in self.fields:
+      why = options.violation(by_name[n], cell[n])
+      check(why is None, why or "")
+
+
 EXPERIMENTS: dict[str, Experiment] = {}
 
 
@@ -139,6 +201,10 @@ def describe() -> str:
     lines.append(f"{name}: {exp.description}" + (
         " [host kind: one call per batch on each process's default device]" if exp.host else ""))
     static = set(exp.static_names())
+    if isinstance(exp.defaults, ConfigParameters):
+      lines.append(f"  parameters of {exp.defaults.config_path}" + "".join(
+          f"; {p}: one value of {f}" for p, (f, _) in exp.defaults.elements.items()) + (
+          f"; the kind's own: {', '.join(exp.defaults.own)}" if exp.defaults.own else ""))
     for p, v in exp.defaults.items():
       lines.append(f"  {p} = {v!r}" + ("  (static: one compile per value)" if p in static else ""))
     grid = ";".join(f"{k}={','.join(f'{x:g}' if isinstance(x, float) else str(x) for x in vs)}"

@@ -14,10 +14,13 @@ import numpy as np
 
 from limits.errors import check
 from limits.sweep.engine import float_dtype
-from limits.sweep.registry import Experiment, register
+from limits.sweep.registry import ConfigParameters, Experiment, register
 
-# The CLI's choices (experiments.distance --vectors), AMBIG-7.
-VECTORS = ("value", "key", "hidden")
+# The parameters: fields of the CLI's DistanceConfig (same names, defaults and checks: vectors
+# AMBIG-7, inclusion AMBIG-3) and one L of --lengths and one N of --ns per cell.
+PARAMETERS = ConfigParameters(
+    "limits.distance.task:DistanceConfig", ("model", "windows", "vectors", "inclusion", "text"),
+    elements={"length": ("lengths", 256), "n": ("ns", 5)})
 
 
 @functools.lru_cache(maxsize=2)
@@ -43,8 +46,9 @@ def _distance_model_fn(static, params, keys, run_key, data):
   The single implementation of ``experiments.distance``: ``distance.ModelEvaluator.head_stats``
   (the fast path ``distance_fast.layer_stats``, host NumPy sorting + jit) streams the group's
   corpus windows (W, L) through the model layer by layer, once per batch for every N of the
-  batch's cells, with x = value or key vectors or hidden states (AMBIG-7), every query t > N
-  with its causal prefix (AMBIG-8), in the sweep's float dtype (float64 with ``--x64``).
+  batch's cells, with x = value or key vectors, hidden states or token embeddings (AMBIG-7),
+  every query t > N with its causal prefix (AMBIG-8), in the sweep's float dtype (float64 with
+  ``--x64``).
   Per cell, over the n_layer * n_head heads (token-averaged first, Algorithm 1; the same
   reductions as ``distance_model.tabulate``'s summary rows): ``d_mean`` / ``expected_mean`` /
   ``dmax_mean`` (mean over heads of d̃ (sum form, AMBIG-1), its Jensen expectation
@@ -71,10 +75,7 @@ def _distance_model_fn(static, params, keys, run_key, data):
 
 
 def _distance_model_validate(cell):
-  check(cell["vectors"] in VECTORS,
-        f"vectors={cell['vectors']!r}; choose one of {', '.join(VECTORS)}")
-  check(cell["inclusion"] in ("n_over_l_minus_1", "n_over_l"),
-        f"inclusion={cell['inclusion']!r}; choose n_over_l_minus_1 or n_over_l")
+  PARAMETERS.check(cell)
   check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
   check(1 <= cell["n"] < cell["length"],
         f"n={cell['n']} must be in [1, length - 1 = {cell['length'] - 1}] (t <= N is skipped)")
@@ -83,8 +84,7 @@ def _distance_model_validate(cell):
 
 register(Experiment(
     name="distance_model", fn=_distance_model_fn, inputs=_distance_model_inputs, host=True,
-    defaults={"model": "tiny", "length": 256, "n": 5, "windows": 1, "vectors": "value",
-              "inclusion": "n_over_l_minus_1", "text": ""},
+    defaults=PARAMETERS,
     static=("length", "windows"),
     # Fig. 2a/2b grids (AMBIG-14), cut where N >= L.
     default_grid={"length": [128, 256, 512, 1024], "n": [1, 5, 10, 20, 100]},

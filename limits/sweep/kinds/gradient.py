@@ -8,25 +8,25 @@ from __future__ import annotations
 import numpy as np
 
 from limits.errors import check
-from limits.sweep.registry import Experiment, register
+from limits.runs import seeding
+from limits.sweep.registry import ConfigParameters, Experiment, register
 
-# Tag folded into the run key for the logits shared by every cell of a run (common random
-# numbers: cells that differ only in T, epsilon or logit_scale see the same Gaussian rows).
-_LOGITS_TAG = 0x6C6F6769   # "logi"
+# Stream of the logits shared by every cell of a run (common random numbers: cells that differ
+# only in T, epsilon or logit_scale see the same Gaussian rows); limits.runs.seeding.tagged.
+_LOGITS = "logi"
 
 
 def gradient_logits(run_key, rows: int, length: int, dtype=None):
   """The synthetic logit rows of the ``gradient`` experiment at unit scale: (rows, length)
-  standard Gaussians from ``fold_in(run_key, _LOGITS_TAG)`` (``gradient_rows.synthetic_rows``
+  standard Gaussians from ``seeding.tagged(run_key, "logi")`` (``gradient_rows.synthetic_rows``
   with scale 1), shared by every cell of a run; a cell's rows are ``logit_scale`` times these."""
-  import jax
   import jax.numpy as jnp
 
   from limits.gradient import rows as gradient_rows
 
   dtype = dtype or jnp.result_type(float)
-  return gradient_rows.synthetic_rows(jax.random.fold_in(run_key, _LOGITS_TAG), rows, length,
-                                      1.0, dtype)
+  return gradient_rows.synthetic_rows(seeding.tagged(run_key, _LOGITS), rows, length, 1.0,
+                                      dtype)
 
 
 def _gradient_fn(static, params, keys, run_key):
@@ -45,11 +45,11 @@ def _gradient_fn(static, params, keys, run_key):
   "secular" (softmax only: ``jacobians.softmax_closed_form_norm``, O(L) per row, for long rows)
   or "none" (no Jacobian outputs).
 
-  Defaults differ from the CLI's (``limits.gradient.task.GradientConfig``) and are kept so that
-  existing sweep grids keep their cell ids: ``logit_scale`` 1.0 here vs 8.0 (σ = √64) there,
-  ``rows`` 128 here (every row gets g) vs 256 rows there (``rows``, with g on ``fd_rows`` =
-  256 sampled rows); the CLI also draws its rows from ``key(seed)`` split three ways, the
-  sweep from ``fold_in(run_key, "logi")``, so the two never see the same rows.
+  The parameters are the CLI's (``limits.gradient.task.GradientConfig``: ``logit_scale`` 8.0 =
+  σ, ``rows`` 256, ``length`` 64, ``normalizer``, with their checks; :data:`PARAMETERS`); the
+  CLI measures g on ``fd_rows`` sampled rows, a cell on every row. The CLI draws its rows from
+  the first of ``seeding.streams(seed, 3)``, the sweep from ``seeding.tagged(run_key,
+  "logi")`` (both by :mod:`limits.runs.seeding`; kept apart so neither's numbers changed).
   """
   import jax
   import jax.numpy as jnp
@@ -60,7 +60,7 @@ def _gradient_fn(static, params, keys, run_key):
   name = static["normalizer"]
   norm_fn = normalizers.get(name)
   T, eps, scale = params["temperature"], params["epsilon"], params["logit_scale"]  # (b,)
-  key_z = jax.random.fold_in(run_key, _LOGITS_TAG)
+  key_z = seeding.tagged(run_key, _LOGITS)
   R, L = static["rows"], static["length"]
 
   def one(t, e, c, key):
@@ -79,9 +79,19 @@ def _gradient_fn(static, params, keys, run_key):
   return jax.vmap(one)(T, eps, scale, keys)
 
 
+# The parameters: fields of the CLI's GradientConfig (same names, defaults and checks), one
+# temperature of --temperatures and one epsilon of --epsilons per cell, and the kind's own
+# ``jacobian``.
+PARAMETERS = ConfigParameters(
+    "limits.gradient.task:GradientConfig", ("logit_scale", "normalizer", "length", "rows"),
+    elements={"temperature": ("temperatures", 1.0), "epsilon": ("epsilons", 1e-3)},
+    own={"jacobian": "dense"})
+
+
 def _gradient_validate(cell):
   from limits import normalizers
 
+  PARAMETERS.check(cell)
   check(cell["normalizer"] in normalizers.NAMES,
         f"normalizer={cell['normalizer']!r}; choose one of {', '.join(normalizers.NAMES)}")
   check(cell["jacobian"] in ("dense", "secular", "none"),
@@ -90,15 +100,12 @@ def _gradient_validate(cell):
         f"jacobian=secular is for softmax only, not normalizer={cell['normalizer']!r}")
   check(cell["temperature"] > 0, f"temperature={cell['temperature']} must be > 0")
   check(cell["epsilon"] > 0, f"epsilon={cell['epsilon']} must be > 0")
-  check(cell["logit_scale"] > 0, f"logit_scale={cell['logit_scale']} must be > 0")
   check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
   check(1 <= cell["rows"] <= 65536, f"rows={cell['rows']} must be in [1, 65536]")
 
 
 register(Experiment(
-    name="gradient", fn=_gradient_fn,
-    defaults={"temperature": 1.0, "epsilon": 1e-3, "logit_scale": 1.0, "normalizer": "softmax",
-              "length": 64, "rows": 128, "jacobian": "dense"},
+    name="gradient", fn=_gradient_fn, defaults=PARAMETERS,
     static=("length", "rows"),
     # AMBIG-11: log grid 1e-3..1e2, 5 points per decade; the paper's three epsilons.
     default_grid={"temperature": [float(t) for t in np.logspace(-3, 2, 26)],

@@ -6,17 +6,17 @@ AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 from __future__ import annotations
 
 from limits.errors import check
-from limits.sweep.registry import Experiment, register
+from limits.runs import seeding
+from limits.sweep.registry import ConfigParameters, Experiment, register
 
-# Tags folded into the run key for data shared by every cell of a run (common random numbers:
-# cells that differ only in T or n see the same weights / points).
-_ALPHA_TAG = 0x616C7068    # "alph"
-_POINTS_TAG = 0x706F696E   # "poin"
+# Streams of the data shared by every cell of a run (common random numbers: cells that differ
+# only in T or n see the same weights / points); limits.runs.seeding.tagged.
+_ALPHA, _POINTS = "alph", "poin"
 
 
 def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0, dtype=None):
   """Weights (length,) of the ``separability_sphere`` experiment, from
-  ``fold_in(run_key, _ALPHA_TAG)``: "softmax" = softmax(g / T) of standard Gaussian logits g
+  ``seeding.tagged(run_key, "alph")``: "softmax" = softmax(g / T) of standard Gaussian logits g
   (as ``separability.synthetic_alpha``, but T may be traced), "zipf" and "uniform" via
   ``separability.synthetic_alpha``."""
   import jax
@@ -25,7 +25,7 @@ def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0,
   from limits import separability
 
   dtype = dtype or jnp.result_type(float)
-  key = jax.random.fold_in(run_key, _ALPHA_TAG)
+  key = seeding.tagged(run_key, _ALPHA)
   if kind == "softmax":
     g = jax.random.normal(key, (length,), dtype)
     return jax.nn.softmax(g / temperature)
@@ -39,17 +39,15 @@ def separability_alpha(kind: str, run_key, length: int, temperature, zipf_s=1.0,
 def separability_points_key(run_key):
   """Key of the point sets: sample i uses ``fold_in(this, i)`` as ``separability.monte_carlo``
   does, so a cell's Monte Carlo equals ``monte_carlo(separability_points_key(key), ...)``."""
-  import jax
-
-  return jax.random.fold_in(run_key, _POINTS_TAG)
+  return seeding.tagged(run_key, _POINTS)
 
 
 def _separability_fn(static, params, keys, run_key):
   """Theorem 2 on the sphere (Algorithm 4 with synthetic embeddings), the library's Monte Carlo.
 
-  Per cell: weights alpha (length,) of ``alpha_kind`` (temperature / zipf_s), and ``samples``
-  point sets, each reduced by ``separability_sphere.sample_stats`` (the per-sample core of
-  ``separability.monte_carlo_detail``: x (length, dim) uniform on S^{dim-1}(M), r, delta, N_s/N
+  Per cell: weights alpha (length,) of ``alpha_kind`` (``alpha_temperature`` / ``zipf_s``),
+  and ``samples`` point sets, each reduced by ``separability_sphere.sample_stats`` (the per-sample core of
+  ``separability.monte_carlo_detail``: x (length, dim) uniform on S^{dim-1}(M), M = ``radius``, r, delta, N_s/N
   and both Theorem 2 bounds with that sample's r and delta), then
   ``sample_moments``/``mean_stderr`` (the library's mean and standard error). Results:
   ``frac_mean``, ``frac_stderr`` (of N_s/N over samples) and the sample means of r, delta and
@@ -64,7 +62,8 @@ def _separability_fn(static, params, keys, run_key):
   from limits.separability import sphere as mc
 
   L, dim, S = static["length"], static["dim"], static["samples"]
-  T, M, zs, ns = params["temperature"], params["M"], params["zipf_s"], params["n"]  # (b,)
+  T, M = params["alpha_temperature"], params["radius"]  # (b,)
+  zs, ns = params["zipf_s"], params["n"]  # (b,)
   b = T.shape[0]
   pkey = separability_points_key(run_key)
   itemsize = jnp.dtype(T.dtype).itemsize
@@ -86,24 +85,26 @@ def _separability_fn(static, params, keys, run_key):
   return jax.vmap(one)(T, M, zs, ns)
 
 
+# The parameters: fields of the CLI's SeparabilityConfig (--source=sphere; same names, defaults
+# and checks) and one N of --n_values per cell.
+PARAMETERS = ConfigParameters(
+    "limits.separability.task:SeparabilityConfig",
+    ("length", "dim", "samples", "alpha_kind", "alpha_temperature", "radius", "zipf_s"),
+    elements={"n": ("n_values", 8)})
+
+
 def _separability_validate(cell):
-  kinds = ("softmax", "zipf", "uniform")
-  check(cell["alpha_kind"] in kinds, f"alpha_kind={cell['alpha_kind']!r}; choose from {kinds}")
+  PARAMETERS.check(cell)
   check(2 <= cell["length"] <= 4096, f"length={cell['length']} must be in [2, 4096]")
   check(1 <= cell["n"] <= cell["length"], f"n={cell['n']} must be in [1, length={cell['length']}]")
   check(1 <= cell["dim"] <= 4096, f"dim={cell['dim']} must be in [1, 4096]")
   check(1 <= cell["samples"] <= 10**7, f"samples={cell['samples']} must be in [1, 1e7]")
-  check(cell["temperature"] > 0, f"temperature={cell['temperature']} must be > 0")
-  check(cell["M"] > 0, f"M={cell['M']} must be > 0")
-  check(cell["zipf_s"] >= 0, f"zipf_s={cell['zipf_s']} must be >= 0")
 
 
 register(Experiment(
-    name="separability_sphere", fn=_separability_fn,
-    defaults={"n": 8, "length": 128, "dim": 64, "samples": 200, "alpha_kind": "softmax",
-              "temperature": 1.0, "M": 1.0, "zipf_s": 1.0},
+    name="separability_sphere", fn=_separability_fn, defaults=PARAMETERS,
     static=("length", "dim", "samples"),
     # AMBIG-10: N in powers of two, M = 1.
-    default_grid={"n": [1, 2, 4, 8, 16, 32, 64], "temperature": [0.1, 1.0]},
+    default_grid={"n": [1, 2, 4, 8, 16, 32, 64], "alpha_temperature": [0.1, 1.0]},
     validate=_separability_validate,
     description="Monte Carlo N_s/N on the sphere and the Theorem 2 bounds"))

@@ -1,0 +1,131 @@
+"""Algorithm 3's ascending scan on one L, at the cost of its arithmetic (issue 27 item 5).
+
+The scan asks, batch after batch of N, for the per-head token averages of d̃ (both AMBIG-1
+forms), of the reconstructed E and of the printed E with x̄ = Σ_j α_j x_j
+(:mod:`limits.distance.printed`; AMBIG-18). What does not depend on N is computed once per L
+and kept between batches (:class:`ScanSamples`): each layer's records (weights, vectors) on the
+device and each row's selection order (:func:`limits.distance.kernels.layer_top`, the one tie
+rule, for every N up to the scan's N_max). A batch is one :func:`limits.distance.kernels.layer_kernel`
+call per layer (``lean``: only the quantities above; ``top``: the kept order), dispatched
+without waiting, and one transfer to the host per batch. Same values as the hook path
+(``ModelEvaluator.head_stats`` with a ``PrintedExpectations`` hook): tests/test_distance_scan.py.
+
+Where the kept records do not fit in ``cache_bytes`` (the evaluator's, 3 GB by default),
+each batch reads the records again (from the records store or a forward) and reuses the kept
+selection order (int32, (kmax + 1)/L of the weights' size) when that fits, else selects again:
+same values, more time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from limits.distance import kernels
+from limits.errors import LimitsError
+
+
+def scan_n_max(L: int, n_max: int | None = None) -> int:
+  """The scan's largest N at length L: ``n_max`` when given, else ⌈L/4⌉ (twice the upper edge
+  0.12 of the claim's band N_crit/L ∈ [0.03, 0.12], docs/claims.md fig2c-critical-n); at most
+  L − 1 (a query needs a non-selected key)."""
+  if n_max is not None and int(n_max) < 1:
+    raise LimitsError(f"scan N_max={n_max} must be a positive integer")
+  n = math.ceil(L / 4) if n_max is None else int(n_max)
+  return max(1, min(n, L - 1))
+
+
+class ScanSamples:
+  """Per-head token averages for a list of Ns, the N-independent work done once per L.
+
+  ``evaluator``: a :class:`limits.distance.model.ModelEvaluator` (its layers, inclusion and
+  ``ks_dtype``); ``tokens (W, L)``; ``n_max``: the largest N any call will ask (the selection
+  order is kept for N <= n_max). Calling with ``ns`` (each in [1, n_max]) returns
+  ``{"d_sum", "d_norm", "expected", "expected_printed_output": (n_layer·H, K)}``, averaged
+  over the windows as the hook path averages them.
+  """
+
+  def __init__(self, evaluator, tokens, n_max: int, *, cache_bytes: int | None = None,
+               pad_to: int = 8):
+    self.ev = evaluator
+    self.tokens = jnp.asarray(tokens, jnp.int32)
+    W, L = self.tokens.shape
+    if not 1 <= int(n_max) <= L - 1:
+      raise LimitsError(f"scan N_max={n_max} must be in [1, L - 1 = {L - 1}]")
+    self.L, self.n_max = L, int(n_max)
+    self.kmax = kernels.top_k_size(self.n_max, L)
+    self.blocks = kernels.default_blocks(L)
+    self.dtype = np.dtype(evaluator.ks_dtype)
+    c = evaluator.config
+    d = c.d_head if evaluator.vectors in ("value", "key") else c.n_embd
+    k = min(self.kmax + 1, L)
+    top_bytes = W * c.n_layer * c.n_head * L * k * 4
+    per_layer = c.n_head * L * (L * 4 + d * self.dtype.itemsize)
+    budget = evaluator.cache_bytes if cache_bytes is None else cache_bytes
+    self._keep = W * c.n_layer * per_layer + top_bytes <= budget
+    # Records too large to keep: the selection order alone is kept when it fits (the records
+    # are read again per batch, the rows not selected again).
+    self._keep_top = top_bytes <= budget
+    self._cache = None
+    self._tops: dict[int, list] = {}
+    self.pad_to = max(1, int(pad_to))  # calls padded to a multiple of it: one compile per L
+
+  def _prepared(self, w: int):
+    """[(weights (G, L, L), x (G, L, d), top, window)] of window w's layers, on the device."""
+    all_ns = jnp.arange(1, self.n_max + 1, dtype=jnp.int32)
+    out, tops = [], self._tops.get(w)
+    for i, (wts, x, win) in enumerate(self.ev._layers(self.tokens[w:w + 1], self.dtype,
+                                                       cast_weights=False)):
+      wj, xj, _, _ = kernels._device_arrays(wts, x, self.dtype)
+      top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
+                                                   blocks=self.blocks, window=win)
+      out.append((wj, xj, top, win))
+    if self._keep_top and not self._keep and not tops:
+      self._tops[w] = [layer[2] for layer in out]
+    return out
+
+  def _windows(self):
+    if self._cache is not None:
+      yield from self._cache
+      return
+    kept = []
+    for w in range(self.tokens.shape[0]):
+      layers = self._prepared(w)
+      if self._keep:
+        kept.append(layers)
+      yield layers
+    if self._keep:
+      self._cache = kept
+
+  def __call__(self, ns: Sequence[int]) -> dict[str, np.ndarray]:
+    ns = [int(n) for n in ns]
+    if not ns or min(ns) < 1 or max(ns) > self.n_max:
+      raise LimitsError(f"scan Ns {ns} must lie in [1, {self.n_max}]")
+    K = len(ns)
+    nsj = jnp.asarray(ns + [ns[-1]] * (-K % self.pad_to), jnp.int32)
+    per_window = []
+    for layers in self._windows():
+      outs = [kernels.layer_kernel(wj, xj, nsj, kmax=self.kmax, inclusion=self.ev.inclusion,
+                                   bound=False, blocks=self.blocks, printed=True,
+                                   dtype=self.dtype.name, window=win, top=top, lean=True)
+              for wj, xj, top, win in layers]  # dispatched without waiting
+      per_window.append(outs)
+    got = jax.device_get(per_window)  # one transfer per batch
+    sums = {"count": [], "d_sum": [], "d_norm": [], "expected": [],
+            "expected_printed_output": []}
+    for outs in got:
+      st = [o[0] for o in outs]
+      for name in ("count", "d_sum", "d_norm", "expected"):
+        sums[name].append(np.concatenate([np.asarray(getattr(s, name)) for s in st], axis=0))
+      sums["expected_printed_output"].append(
+          np.concatenate([np.asarray(o[1][..., 0]) for o in outs], axis=0))
+    cnt = [c.astype(np.float64) for c in sums.pop("count")]
+    means = {}
+    for name, parts in sums.items():  # per window token averages, then the mean over windows
+      per = [np.where(c > 0, v / np.maximum(c, 1), np.nan) for c, v in zip(cnt, parts)]
+      means[name] = (sum(per) / len(per))[:, :K]
+    return means

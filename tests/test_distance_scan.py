@@ -1,0 +1,81 @@
+"""Algorithm 3's ascending scan: the fast path (limits.distance.scan) against the hook path it
+replaced, and the scan's N_max (the L/4 rule)."""
+
+import jax
+import numpy as np
+import pytest
+
+from limits.distance import model as distance_model
+from limits.distance.scan import ScanSamples, scan_n_max
+from limits.errors import LimitsError
+from limits.models import gpt2
+
+CONFIG = gpt2.Config(n_layer=2, n_head=3, n_embd=24, n_positions=160, vocab_size=50)
+
+
+def _hook_path(ev, tok, ns):
+  """The scan's samples as the code before issue 27 item 5 computed them: head_stats with a
+  PrintedExpectations hook (limits.distance.kernels.layer_stats_printed; N > 128 would take
+  the host sort)."""
+  hook = distance_model.PrintedExpectations(ns)
+  st = ev.head_stats(tok, ns, bound=False, dtype=ev.ks_dtype, layer_hook=hook)
+  means = distance_model.token_means(st)
+  out = {k: np.asarray(means[k]) for k in ("d_sum", "d_norm", "expected")}
+  out["expected_printed_output"] = np.asarray(hook.means()["expected_printed_output"])
+  return out
+
+
+@pytest.mark.parametrize("L,cache,batches", [
+    (40, 1 << 30, ([1, 2, 3, 4], [5, 6, 7, 8], [20, 33, 38, 39])),
+    (40, 0, ([1, 2, 3, 4], [5, 6, 7, 8], [20, 33, 38, 39])),
+    (40, 1 << 17, ([1, 2, 3, 4], [5, 6, 7, 8], [20, 33, 38, 39])),
+    # N > 128: the hook path sorted on the host (22 s on 2 loaded cores: slow)
+    pytest.param(140, 1 << 30, ([2, 9], [129, 133, 139]), marks=pytest.mark.slow)])
+def test_fast_scan_equals_the_hook_path_on_a_random_model(L, cache, batches):
+  """Random GPT-2 (2 layers × 3 heads, d_head = 8), 2 windows, float64: the per-head token
+  averages of d̃ (both forms), E and the printed E agree with the hook path to 1e-10 relative
+  (float64; the two paths sum the same terms in another order) for every N of three batches,
+  with the records kept between batches and without (cache 0: read and select again; 128 KiB:
+  read again, the selection order kept), and
+  above N = 128 where the hook path took the host sort and thresholds."""
+  with jax.enable_x64(True):
+    params = gpt2.init_params(jax.random.key(3), CONFIG, dtype=np.float64)
+    ev = distance_model.ModelEvaluator(params, CONFIG, dtype=np.float64, ks_dtype=np.float64)
+    tok = np.random.default_rng(4).integers(0, CONFIG.vocab_size, (2, L)).astype(np.int32)
+    n_max = L - 1
+    fast = ScanSamples(ev, tok, n_max, cache_bytes=cache)
+    assert fast._keep == (cache > 1 << 20)
+    if cache == 1 << 17:  # records read again per batch, the selection order kept
+      assert fast._keep_top
+    for ns in batches:
+      got, ref = fast(ns), _hook_path(ev, tok, ns)
+      for key, v in ref.items():
+        np.testing.assert_allclose(got[key], v, rtol=1e-10, atol=1e-12, err_msg=f"{key} {ns}")
+    assert bool(fast._tops) == (cache == 1 << 17)  # the order kept apart only there
+    assert np.isnan(fast([L - 1])["d_sum"]).sum() == 0  # t = L - 1 > N counts
+
+
+def test_fast_scan_refuses_an_n_above_its_n_max():
+  with jax.enable_x64(True):
+    params = gpt2.init_params(jax.random.key(3), CONFIG, dtype=np.float64)
+    ev = distance_model.ModelEvaluator(params, CONFIG, dtype=np.float64, ks_dtype=np.float64)
+    tok = np.zeros((1, 16), np.int32)
+    fast = ScanSamples(ev, tok, 4)
+    with pytest.raises(LimitsError, match=r"\[1, 4\]"):
+      fast([5])
+    with pytest.raises(LimitsError, match="L - 1 = 15"):
+      ScanSamples(ev, tok, 16)
+
+
+@pytest.mark.parametrize("L,expected", [(32, 8), (33, 9), (256, 64), (1024, 256), (2, 1),
+                                        (5, 2)])
+def test_scan_n_max_is_a_quarter_of_l_rounded_up(L, expected):
+  assert scan_n_max(L) == expected
+  assert scan_n_max(L) >= 0.12 * L  # covers the band's upper edge
+  assert scan_n_max(L, 3) == min(3, L - 1)
+  assert scan_n_max(L, 10 * L) == L - 1
+
+
+def test_scan_n_max_rejects_a_nonpositive_cap():
+  with pytest.raises(LimitsError, match="N_max=0"):
+    scan_n_max(32, 0)

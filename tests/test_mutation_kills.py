@@ -758,7 +758,7 @@ def test_fig2c_reads_the_printed_scan_by_default_over_several_lengths():
   v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
   assert v.status == HOLDS, v
   assert v.measured == ("N_crit ≈ 0.04·L (L = 100: 4 (passes at N = 4–6); L = 200: 8); "
-                        "not found at L = 300"), v.measured
+                        "not found at L = 300 (no pass for N ≤ 8)"), v.measured
   assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
 
 
@@ -861,5 +861,6 @@ def test_fig2c_rejected_everywhere_is_not_testable_with_the_power_line():
   scan = {"100": {"printed": {"evaluated": {"1": 0.001, "8": 0.001}, "windows": []}}}
   v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
   assert v.status == NOT_TESTABLE
-  assert v.reason == "the KS test rejected at every N searched (α = 0.01)"
+  assert v.reason == ("the KS test rejected at every N searched (α = 0.01): 100 (no pass for "
+                      "N ≤ 8)")
   assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")

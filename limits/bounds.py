@@ -54,7 +54,8 @@ def lemma1_constants(F: Callable, a: float, grid: int = 4097) -> tuple[float, fl
   F is evaluated (float64) on a uniform grid of ``grid`` points including ±a, and each extremum
   is then refined by bounded scalar minimisation between the neighbouring grid points, so a
   monotone F is exact and a smooth non-monotone F is accurate to the optimiser's tolerance.
-  LimitsError if a < 0 or F is not finite and positive on the grid.
+  LimitsError if a < 0 or F is not finite and positive on the grid or at the refined extrema
+  (a dip to <= 0 between two grid points is not ignored; a NaN there can go unseen).
   """
   a = float(a)
   if not (math.isfinite(a) and a >= 0):
@@ -77,10 +78,14 @@ def lemma1_constants(F: Callable, a: float, grid: int = 4097) -> tuple[float, fl
         return None
       r = minimize_scalar(lambda x: sign * float(f(x)), bounds=(left, right), method="bounded",
                           options={"xatol": 1e-12 * max(a, 1.0)})
-      return sign * float(r.fun) if r.success else None
+      v = sign * float(r.fun)
+      if not (math.isfinite(v) and v > 0):  # F <= 0 (or inf) between two grid points
+        raise LimitsError(f"F must be finite and positive on [-a, a] (Lemma 1's hypothesis); "
+                          f"F({float(r.x)!r}) = {v!r}")
+      return v
 
     v = refine(int(np.argmin(ys)), 1.0)
-    lo = min(lo, v) if v is not None and v > 0 else lo
+    lo = min(lo, v) if v is not None else lo
     v = refine(int(np.argmax(ys)), -1.0)
     hi = max(hi, v) if v is not None else hi
   C2 = hi / lo

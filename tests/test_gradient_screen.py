@@ -316,6 +316,9 @@ def test_run_temperature_summary_and_rows():
       "all_rows_max_T_norm": 0.5, "all_rows_newton": 2}
   cf = summary["closed_form"]
   assert cf["ok"] and cf["max_abs"] <= 1e-12 and cf["what"] == "dense closed-form J"
+  # max_rel = max|J − J_closed| / max|J_closed| (read by limits/gradient/report.py): at most
+  # max_abs over the largest closed-form entry, which is ≥ 1/(4T)·½ here (α_i(1 − α_i)/T).
+  assert 0 <= cf["max_rel"] <= cf["max_abs"] / (0.5 / (4 * T))
   assert summary["checks"]["rows"] == 1 and summary["checks"]["fd_eps"] == pytest.approx(
       1e-5 * T)
   assert set(summary["checks"]) == {"rows", "fd_eps", "jacrev", "fd"}

@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -429,3 +430,437 @@ def test_sphere_cap_names_the_missing_grid():
   s = {"n": [1, 2, 4, 8], "max": [1.0, 0.9, 0.8, 0.7]}     # no N >= 16
   v = _safe(C.judge_sphere_cap, s)
   assert v.status == NOT_TESTABLE and "N ≥ 16 in the grid" in v.reason, v
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of the full mutation run of limits/bounds.py (tenth session, 688 mutants; each test
+# names the mutants it kills as `function: change`; docs/mutation_survivors.md lists the rest).
+
+def test_bounds_errors_name_the_bad_argument_first():
+  """_check_temperature / simplex_fd_bound / lemma1_constants: the message starts with the
+  argument's own name (a renamed one, e.g. 'XXtemperatureXX=0.0', still contains the word)."""
+  from limits import bounds as B
+  with pytest.raises(LimitsError, match=r"^temperature=0\.0 is not allowed"):
+    B.corollary1_band(np.ones(2), np.ones((3, 2)), 0.0)
+  with pytest.raises(LimitsError, match=r"^epsilon=-1\.0 is not allowed"):
+    B.simplex_fd_bound(-1.0)
+  with pytest.raises(LimitsError, match=r"^F must be finite and positive on \[-a, a\] \(Lemma 1"):
+    B.lemma1_constants(lambda x: x - 2.0, 1.0)
+
+
+def test_lemma1_constants_evaluates_the_documented_grid():
+  """lemma1_constants: `grid` points including ±a (default 4097, so 0 is on it; at least 2):
+  the first call of F gets exactly np.linspace(-a, a, grid) (kills grid default 4097 -> 4098,
+  `linspace(-a, a)` (50 points), `max(int(grid), 2)` -> 3)."""
+  from limits import bounds as B
+  for grid, a, want in ((None, 1.5, np.linspace(-1.5, 1.5, 4097)), (2, 1.0, [-1.0, 1.0]),
+                        (1, 1.0, [-1.0, 1.0]), (3, 2.0, [-2.0, 0.0, 2.0])):
+    calls = []
+
+    def F(x):
+      calls.append(np.array(x, copy=True))
+      return np.exp(x)
+    C1, C2 = B.lemma1_constants(F, a) if grid is None else B.lemma1_constants(F, a, grid)
+    assert calls[0].dtype == np.float64
+    np.testing.assert_array_equal(calls[0], want)
+    assert C2 == pytest.approx(math.exp(2 * a), rel=1e-12) and C1 == pytest.approx(1 / C2)
+
+
+def test_lemma1_constants_zero_or_dip_is_an_error_on_and_off_the_grid():
+  """Lemma 1 needs F > 0 on [-a, a]. F = x² is 0 at the grid point 0 (kills `ys > 0` -> `>=`,
+  which then divides by min F = 0). F = (x - c)² + 1 - d with c between grid points dips to 1 - d
+  there: d = 0.5 is fine, C2 = F(-1)/(1 - d) in closed form; d = 1 (a zero off the grid) and
+  d = 1 + 1e-9 (negative only within 3e-5 of c, no grid point) are errors (refinement checked:
+  `v is not None and v > 0` -> `or`, `v >= 0`, `... or True`). Before this test the dip was
+  ignored and a finite C2 returned (a silent wrong constant)."""
+  from limits import bounds as B
+  h = 2 / 4096
+  c = 0.25 + h / 3  # not a grid point
+  with pytest.raises(LimitsError, match="positive"):
+    B.lemma1_constants(lambda x: x * x, 1.0)
+  C1, C2 = B.lemma1_constants(lambda x: (x - c) ** 2 + 0.5, 1.0)
+  assert C2 == pytest.approx(((1 + c) ** 2 + 0.5) / 0.5, rel=1e-10)
+  assert C1 == pytest.approx(1 / C2)
+  for d in (1.0, 1.0 + 1e-9):
+    with pytest.raises(LimitsError, match="positive"):
+      B.lemma1_constants(lambda x, d=d: (x - c) ** 2 + 1 - d, 1.0)
+
+
+@pytest.mark.parametrize("end", [-1, 1])
+def test_lemma1_constants_refines_the_first_and_last_grid_cell(end):
+  """The minimum of F = 1 + (x - x*)² lies inside the first (last) grid cell, nearer the end
+  point: the grid's argmin is the end point and only the refinement over [x_0, x_1] finds
+  min F = 1 (F(x_0) = 1 + (0.3h)² ~ 1 + 2e-8). Kills `max(idx - 1, 0)` -> `max(idx - 1, 1)`
+  and `min(idx + 1, len - 1)` -> `len - 2` (an empty bracket at the ends)."""
+  from limits import bounds as B
+  h = 2 / 4096
+  xs = end * (1 - 0.3 * h)
+  C1, C2 = B.lemma1_constants(lambda x: 1 + (x - xs) ** 2, 1.0)
+  assert C2 == pytest.approx(1 + (2 - 0.3 * h) ** 2, rel=1e-12)
+
+
+def test_lemma1_constants_at_a_subnormal_range():
+  """a = 5e-324: the grid has only -a, 0, a, so the neighbours of the extreme grid points can
+  coincide and the refinement is skipped (refine -> None): C = (1, 1) for F = exp. Kills the
+  `lo = min(lo, v) if ... or True` / `hi = max(hi, v) if ... or True` mutants (min with None)."""
+  from limits import bounds as B
+  assert B.lemma1_constants(np.exp, 5e-324) == (1.0, 1.0)
+  assert B.lemma1_constants(lambda x: 2 + np.sign(x), 5e-324) == pytest.approx((1 / 3, 3.0))
+
+
+def test_corollary1_band_per_row_delta_and_keeps_dtype():
+  """corollary1_band: Δ per row (max over that row's keys; `axis=-1` -> `axis=None` or no axis
+  takes the max over the batch), and the band in the keys' dtype also for a NumPy float64
+  temperature under x64 (`jnp.asarray(temperature, knorm.dtype)` -> no dtype)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    k = np.array([[[0.5, 0.0], [0.0, 0.25]], [[2.0, 0.0], [0.0, 1.0]]])  # row max 0.5, 2
+    T = np.float64(4.0)
+    lo, up = B.corollary1_band(q, k, T)
+    np.testing.assert_allclose(np.asarray(up), [np.exp(0.25) / 2, np.exp(1.0) / 2], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(lo), [np.exp(-0.25) / 2, np.exp(-1.0) / 2], rtol=1e-12)
+    lo32, up32 = B.corollary1_band(q.astype(np.float32), k.astype(np.float32), T)
+    assert lo32.dtype == up32.dtype == jnp.float32
+    # softmax_lemma2_bound likewise keeps the logits' dtype for a float64 temperature.
+    assert B.softmax_lemma2_bound(np.zeros((2, 3), np.float32), T).dtype == jnp.float32
+
+
+def test_corollary1_causal_check_default_window_and_dtype():
+  """corollary1_causal_check: the default window is 0 (the whole causal prefix; `window=1`
+  would see one key per query: no violation ever), and float32 records give float32 margins
+  under x64 (`.astype(logits.dtype)` -> `.astype(None)` makes log n_t float64). q = k rows of
+  norm 1 and scores = 3·q·k: the band 2Δ/T = 2 while the prefix weights violate it (closed form
+  checked against a NumPy loop in tests/test_bounds.py; here: default == window 0 != window 1)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(1)
+    L = 6
+    q = rng.normal(size=(1, 1, L, 2))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    k = q.copy()
+    scores = 40.0 * np.einsum("bhtd,bhsd->bhts", q, k)
+    default = B.corollary1_causal_check(scores, q, k, 1.0)
+    w0 = B.corollary1_causal_check(scores, q, k, 1.0, window=0)
+    w1 = B.corollary1_causal_check(scores, q, k, 1.0, window=1)
+    assert int(w1["violations"].sum()) == 0
+    assert int(default["violations"].sum()) == int(w0["violations"].sum()) > 0
+    f32 = B.corollary1_causal_check(*(np.asarray(v, np.float32) for v in (scores, q, k)), 1.0)
+    assert f32["min_margin"].dtype == f32["log_max_last"].dtype == jnp.float32
+
+
+def test_lemma2_bound_per_row_over_visible_keys_closed_form():
+  """lemma2_bound = (max|F'|/L)(1/min F + max F/(min F)²) over the visible keys, per row, for
+  F = exp: a 1-D row (`axis=-1` -> `axis=+1` fails there), masked keys whose values are larger
+  than the visible ones or whose padding would be 1 (`where(m, f, 0)` -> `1` for max F and
+  max|F'|: visible F < 1 here), one visible key (L = 1: `maximum(count, 1)` -> `2`), and the
+  dtype of float32 logits under x64 (`.astype(f.dtype)` -> `.astype(None)`)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    def ref(v):
+      return np.max(np.exp(v)) / len(v) * (1 / np.min(np.exp(v)) + np.max(np.exp(v))
+                                           / np.min(np.exp(v)) ** 2)
+    row = np.array([-3.0, -2.0, -1.0, 5.0])
+    assert float(B.lemma2_bound(jnp.exp, jnp.exp, row)) == pytest.approx(ref(row), rel=1e-12)
+    m = np.array([[True, True, True, False], [False, True, False, False]])
+    got = np.asarray(B.lemma2_bound(jnp.exp, jnp.exp, np.stack([row, row]), m))
+    np.testing.assert_allclose(got, [ref(row[:3]), ref(row[1:2])], rtol=1e-12)
+    assert got[1] == pytest.approx(2.0, rel=1e-12)  # one key: |F'|/F·2 = 2 for exp
+    assert B.lemma2_bound(jnp.exp, jnp.exp, row.astype(np.float32)).dtype == jnp.float32
+
+
+def test_lemma2_bound_is_inf_not_nan_when_min_f_is_zero():
+  """F = l², F' = 2l on an all-zero row: min F = 0 and max|F'| = 0; the bound is +inf (vacuous),
+  not 0·inf = NaN (`ok = fmin > 0` -> `>=`); a row with min F > 0 stays finite (closed form)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    got = np.asarray(B.lemma2_bound(lambda v: v * v, lambda v: 2 * v,
+                                    np.array([[0.0, 0.0, 0.0], [1.0, 2.0, -1.0]])))
+    assert got[0] == np.inf
+    assert got[1] == pytest.approx(4 / 3 * (1 / 1 + 4 / 1), rel=1e-12)
+
+
+def test_softmax_jacobian_and_simplex_bounds_dtypes():
+  """softmax_jacobian_bound: an integer temperature is read as a float (`T = None` fails) and a
+  float32 one stays float32 under x64 (negating or breaking the `issubdtype` test casts it);
+  simplex_fd_bound: √2/ε in the default float (float64 under x64) also for a float32 ε, equal
+  to √2/float64(ε) (the asarray dtype dropped keeps float32)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    b = B.softmax_jacobian_bound(1)
+    assert float(b) == 0.25 and b.dtype == jnp.float64
+    b32 = B.softmax_jacobian_bound(np.float32(2.0))
+    assert b32.dtype == jnp.float32 and float(b32) == 0.125
+    eps = np.float32(0.1)
+    s = B.simplex_fd_bound(eps)
+    assert s.dtype == jnp.float64 and float(s) == math.sqrt(2) / float(eps)
+
+
+def test_tied_top_two_defaults_length_and_dtype():
+  """tied_top_two(): length 2 by default (α = (½, ½)), length 2 allowed and 1 not (`< 2` ->
+  `<= 2` / `< 3`), and the dtype asked for is kept (float32 under x64; the `dtype or ...` line
+  and the zeros' dtype)."""
+  from limits import bounds as B
+  with jax.enable_x64(True):
+    logits, mask = B.tied_top_two()
+    assert logits.shape == (2,) and mask.tolist() == [True, True]
+    logits, mask = B.tied_top_two(2, jnp.float32)
+    assert logits.dtype == jnp.float32 and mask.tolist() == [True, True]
+    logits, mask = B.tied_top_two(4)
+    assert logits.dtype == jnp.float64 and mask.tolist() == [True, True, False, False]
+  with pytest.raises(LimitsError, match="length"):
+    B.tied_top_two(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a seeded sample of the claims group (tenth session, seed 10, 100 of 2,413).
+
+def test_ks_min_pvalue_with_unequal_samples():
+  """criteria.ks_min_pvalue(n, m) = 2 / C(n + m, n) (D = 1, fully separated samples): m is used
+  when given (`m = n if m is None else m` -> always n), capped at 1."""
+  from limits import claims as C
+  assert C.ks_min_pvalue(2, 3) == pytest.approx(2 / math.comb(5, 2))  # 0.2
+  assert C.ks_min_pvalue(3) == pytest.approx(2 / math.comb(6, 3))     # 0.1
+  assert C.ks_min_pvalue(1, 1) == 1.0                                  # 2 / 2, capped
+
+
+@pytest.mark.parametrize("rel, status", [(0.0, HOLDS), (5e-10, HOLDS), (2e-9, FAILS)])
+def test_cor3_printed_slack_is_1e9_above_the_bound(rel, status):
+  """judge_cor3_printed counts a norm as over min{1/(4T), √2} only beyond a relative 1e-9
+  (float rounding of the counterexample): exactly at 1/(4T) and 5e-10 above hold, 2e-9 above
+  fails (`(1 + 1e-9)` -> `(1 - 1e-9)` fails at the bound itself)."""
+  v = judge_cor3_printed({"T": [1.0], "counterexample_norm": [0.25 * (1 + rel)]}, {})
+  assert v.status == status, v
+
+
+def _judge_verdict(cid, summary):
+  from limits import claims as C
+  claim = C.BY_ID[cid]
+  full = {rd.ambig: rd.options[0][0] for rd in claim.readings}
+  return C.judge_safely(claim, summary, full)
+
+
+@pytest.mark.parametrize("p, pct", [(0.8, "99.2"), (0.7, "97.3")])
+def test_multihead_states_three_heads_coverage(p, pct):
+  """multihead-coverage reports 1 − (1 − p)³ for H = 3 heads (0.992 at p = 0.8, 0.973 at 0.7;
+  `coverage(p, 4)` would say 99.8 / 99.2)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("multihead-coverage", {"n": ns, "median": [1, 0.9, 0.85, 0.8] + [p] * 4,
+                                            "max": [1, 0.9, 0.85, 0.8] + [p] * 4})
+  assert v.status == HOLDS and f"3 heads cover {pct} % if independent" in v.measured, v
+
+
+def test_fig3_decline_states_the_first_median():
+  """fig3-decline's text names the median at the first N (1.0 at N = 1), not the second."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79,
+                                                          0.785, 0.78]})
+  assert v.status == HOLDS and v.measured.startswith("median 1 at N = 1, 0.8 at 16"), v
+
+
+def test_linear_in_l_names_what_is_missing():
+  """linear_in_l needs 3 lengths; with 2 the Missing message says so (the reason a report shows
+  for a not-testable row)."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_distance import linear_in_l
+  with pytest.raises(Missing, match=r"^at least 3 lengths$"):
+    linear_in_l([64, 128], [1.0, 2.0])
+  ok, _ = linear_in_l([64, 128, 256], [1.0, 2.0, 4.0])
+  assert ok
+
+
+def test_assessment_labels_for_a_single_reading_and_a_not_testable_primary():
+  """assess: a claim without ambiguities is labelled "single reading" (robust); a primary
+  reading that is not testable and gives no reason is labelled "not testable", and the
+  excluded combinations are still reported with it (not dropped to None)."""
+  single = Claim(id="t1", kind="theorem", where="here", words="w", setting="s", step="step",
+                 criterion="c", judge=lambda s, r: Verdict(HOLDS))
+  res = assessment.assess(single, {})
+  assert (res.verdict, res.label, res.robust, res.excluded) == (HOLDS, "single reading", True, ())
+  untestable = Claim(id="t2", kind="theorem", where="here", words="w", setting="s",
+                     step="step", criterion="c", judge=lambda s, r: Verdict(NOT_TESTABLE),
+                     readings=(Reading("AMBIG-A", (("a1", "A one"), ("a2", "A two"))),),
+                     excluded=(("AMBIG-A", "a2", "not what the paper means"),))
+  res = assessment.assess(untestable, {})
+  assert (res.verdict, res.label, res.robust) == (NOT_TESTABLE, "not testable", None)
+  assert len(res.excluded) == 1 and res.excluded[0][1] == "AMBIG-A a2: not what the paper means"
+
+
+@pytest.mark.parametrize("upper, status", [(0.8, HOLDS), (0.8 + 2e-12, FAILS)])
+def test_upper_tracking_gap_of_exactly_a_tenth(upper, status):
+  """_tracks: the bound of the top head may be up to 0.10 above its N_s/N, with 1e-12 slack for
+  the float difference (0.8 − 0.7 = 0.1000000000000001 holds; `TRACK_TOL - 1e-12` fails it);
+  2e-12 beyond fails."""
+  s = {"per_head": [{"n": 4, "frac": 0.7, "lower": 0, "upper": upper, "upper_printed": 0.95}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == status, v
+
+
+def test_upper_tracking_names_the_vacuous_parts():
+  """_tracks' texts: N = 1 (decided by definition) and a maximum >= 0.90 (cannot fail) are named
+  in `vacuous` (N = 4 only, not N = 1); with no gap left the measured text says so; when nothing
+  is decidable the Missing message lists every vacuous part joined by '; '."""
+  from limits.claims.core import Missing
+  s = {"per_head": [{"n": 1, "frac": 1.0, "lower": 0, "upper": 1.0, "upper_printed": 0.95},
+                    {"n": 4, "frac": 0.95, "lower": 0, "upper": 0.97, "upper_printed": 0.97}],
+       "heads": 2, "windows": 1}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == HOLDS and v.sample == "2 heads, 1 window(s)"
+  assert v.measured == ("no N with max N_s/N < 0.90; 0 of 1 decidable (head, N) cases above the "
+                        "bound"), v.measured
+  assert v.vacuous.startswith("N = 1: N_s/N = 1 by definition and ξ = 0, so the bound is "), v
+  assert "; 0.10 above the maximum at N = 4: maximum N_s/N ≥ 0.90 and the bound" in v.vacuous
+  low = {"per_head": [{"n": 4, "frac": 0.3, "lower": 0, "upper": 0.7, "upper_printed": 0.95}]}
+  with pytest.raises(Missing, match=r"\(cannot hold\); above the bound: 1 of 1 \(head, N\)"):
+    C.judge_fig3_upper_derived(low, {})
+
+
+def test_fig3_band_states_the_median_range():
+  """fig3-band's measured text: the range of the head medians at N >= 16 (0.78–0.8)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  med = [1, 0.9, 0.85, 0.8, 0.8, 0.79, 0.78, 0.8]
+  v = _judge_verdict("fig3-band", {"n": ns, "median": med, "max": med})
+  assert v.status == HOLDS and v.measured == "median over heads 0.78–0.8 for N ≥ 16", v
+
+
+def _e_rows(e_of_l, nl_of_l, n):
+  return [{"L": L, "N": n, "expected_mean": e_of_l(L), "expected_nl_mean": nl_of_l(L),
+           "gap_mean": 0.0} for L in (64, 128, 256, 512)]
+
+
+def test_fig2a_expected_derived_reads_ambig3_at_the_fitted_n():
+  """judge_fig2a_expected_derived: E against "linear in L" at N = 5 when the grid has it (not the
+  first N), from `expected_nl_mean` under AMBIG-3 = L and `expected_mean` otherwise, with the
+  local/global split read from each kind's own rows. At N = 5 E is linear (0.01 L) and the
+  L-inclusive E quadratic; at N = 1 the other way round."""
+  lin, quad = (lambda L: 0.01 * L), (lambda L: 1e-4 * L * L)
+  rows = _e_rows(quad, lin, 1) + _e_rows(lin, quad, 5)
+  s = {"rows": rows, "by_layer_kind": {"global": {"rows": _e_rows(lin, quad, 5), "heads": 2}}}
+  v = C.judge_fig2a_expected_derived(s, {"AMBIG-3": "other", "AMBIG-4": "main"})
+  assert v.status == HOLDS, v
+  assert "; global layers, 2 heads: " in v.measured, v.measured
+  assert C.judge_fig2a_expected_derived(s, {"AMBIG-3": "L", "AMBIG-4": "main"}).status == FAILS
+
+
+def test_fig2c_reads_the_printed_scan_by_default_over_several_lengths():
+  """judge_fig2c with no AMBIG-18 in the reading uses the printed scan; several L sorted by
+  value; an entry without its own alpha is read at the reading's α (its pass windows shown);
+  an L where every evaluated N was rejected is named as not found. c = (100·4 + 200·8) /
+  (100² + 200²) = 0.04, inside [0.03, 0.12]. The sample line names the KS power."""
+  def entry(pvals, windows):
+    return {"evaluated": {str(n): p for n, p in pvals.items()}, "windows": windows}
+
+  scan = {"300": {"printed": entry({n: 0.001 for n in range(1, 9)}, [])},
+          "200": {"printed": entry({n: (0.5 if n >= 8 else 0.001) for n in range(1, 11)},
+                                   [[8, 10]])},
+          "100": {"printed": entry({n: (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 8)},
+                                   [[4, 6]])}}
+  v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
+  assert v.status == HOLDS, v
+  assert v.measured == ("N_crit ≈ 0.04·L (L = 100: 4 (passes at N = 4–6); L = 200: 8); "
+                        "not found at L = 300 (no pass for N ≤ 8)"), v.measured
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
+
+
+def test_fig2c_bracket_straddling_the_band_is_not_testable():
+  """Only N = 1 (rejected) and N = 8 (passes) evaluated at L = 100: N_crit in [2, 8], i.e. c in
+  [0.02, 0.08] across the band's lower edge 0.03: not testable, with that reason."""
+  scan = {"100": {"printed": {"evaluated": {"1": 0.001, "8": 0.5}, "windows": [[8, 8]]}}}
+  v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE
+  assert v.reason == "the N_crit bracket left by the recorded p-values straddles the band edge"
+  assert v.measured.startswith("N_crit ≈ 0.02–0.08·L (L = 100: 2–8")
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
+
+
+def test_fig3_decline_flat_medians_fail_without_a_slope_ratio():
+  """Medians flat at 0.8 over every N: no decline (fails), and the slope before the knee is 0,
+  so the ratio after/before is shown as '—' (not a division by zero)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": [0.8] * 8})
+  assert v.status == FAILS and v.measured.endswith("slope ratio after/before —"), v
+
+
+def test_fig2b_tightens_reads_the_largest_l_only():
+  """fig2b-tightens compares d_max/d̃ at N = 20 and the largest N at the largest L (128: 2 then
+  1.5, tightens); the rows at L = 64 (1 then 5) must not enter either series."""
+  rows = [{"L": 64, "N": 20, "d_sum_mean": 2.0, "dmax_sum_mean": 2.0},
+          {"L": 64, "N": 40, "d_sum_mean": 2.0, "dmax_sum_mean": 10.0},
+          {"L": 128, "N": 20, "d_sum_mean": 1.0, "dmax_sum_mean": 2.0},
+          {"L": 128, "N": 40, "d_sum_mean": 1.0, "dmax_sum_mean": 1.5}]
+  v = C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "sum"})
+  assert v.status == HOLDS and v.measured == "d_max/d̃ N = 20: 2, N = 40: 1.5", v
+
+
+def test_fig4_inverse_t_names_the_epsilons_that_cannot_follow():
+  """ε = 10: g ≤ √2/10 = 0.141 at every T, but a T^−0.75 rise from g = 0.1 at T = 0.05 down to
+  T = 0.01 would need 0.334: no ε left, and the Missing reason names that ε."""
+  from limits.claims.core import Missing
+  with pytest.raises(Missing, match=r"^an ε whose curve could follow 1/T \(ε = 10: a 1/T trend "
+                                    r"is impossible"):
+    C.judge_fig4_inverse_t({"T": [0.01, 0.05, 1.0], "g": {"10": [0.1, 0.1, 0.1]}}, {})
+
+
+@pytest.mark.parametrize("shares, status", [([0.2, 0.5], HOLDS), ([0.2, 0.49], FAILS)])
+def test_attention_sinks_at_every_length(shares, status):
+  """judge_attention_sinks: holds iff at every L some layer has a sink share >= 0.5 (both sides
+  of 0.5 at L = 128), and the measured text counts such layers per L and lists the last L's
+  shares."""
+  s = {"sinks": {"eps": 0.3, "by_L": [{"L": 64, "share_by_layer": [0.75, 0.5, 0.0]},
+                                      {"L": 128, "share_by_layer": shares, "pairs": 1200}]}}
+  v = C.judge_attention_sinks(s, {})
+  k = 1 if status == HOLDS else 0
+  assert v.status == status
+  assert v.measured == (f"layers with Sink_ε ≥ 0.5: L = 64: 2 of 3, L = 128: {k} of 2; at "
+                        f"L = 128 by layer 0.20 {shares[1]:.2f}"), v.measured
+  assert v.sample == "ε = 0.3, 1,200 head-windows per L"
+
+
+def test_lemma1_model_reports_the_per_kind_slopes():
+  """judge_lemma1_model: not testable (the lemma's bounded-logit hypothesis), and the text shows
+  the slopes, with each layer kind's max and min slopes between consecutive lengths."""
+  part = {"rows": [{}], "heads": 3, "windows": [4],
+          "slopes_between": [{"L": [64, 128], "loglog_slope_median_max_aL": 0.5,
+                              "loglog_slope_median_min_aL": -0.25}]}
+  v = C.judge_lemma1_model({"lemma1_slopes": {"max": 0.5}, "by_layer_kind": {"local": part}}, {})
+  assert v.status == NOT_TESTABLE
+  assert v.measured == ("max: 0.5; local layers (W = 4), 3 heads: log-log slopes of the median "
+                        "max/min α·n_t, 64→128: max 0.5, min -0.25"), v.measured
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a seeded sample of the rows group (tenth session, seed 10).
+
+def test_lemma2_all_rows_is_inf_where_float32_overflows():
+  """gradient.rows.lemma2_all_rows keeps the rows' dtype: for float32 rows, (e^{r/T} +
+  e^{2r/T})/(T·n) is inf where it exceeds float32's range (r = 50 at T = 1: e^100 ~ 2.7e43),
+  finite and equal to the closed form elsewhere (`.astype(rows.dtype)` -> `.astype(None)`
+  returns float64 and a finite 2.7e43)."""
+  from limits.gradient import rows as gradient_rows
+  rows = np.array([[0.0, 50.0, 1.0], [0.0, 1.0, 0.5]], np.float32)
+  mask = np.ones(rows.shape, bool)
+  got = gradient_rows.lemma2_all_rows(rows, mask, [1.0])
+  assert got.dtype == np.float32 and got[0, 0] == np.inf
+  assert got[1, 0] == pytest.approx((math.e + math.e ** 2) / 3, rel=1e-6)
+
+
+def test_min_pairwise_distance_excludes_duplicates_at_the_origin():
+  """separability.rows: two zero vectors are duplicates (d² = 0 <= 16·eps·(0 + 0), the `<=` at
+  its boundary; `<` would count them and give δ = 0); the next pair is at distance 1, and two
+  zero vectors alone leave no pair (+inf). A pair 0.5 apart stays a pair."""
+  from limits.separability.rows import min_pairwise_distance
+  x = jnp.array([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+  assert float(min_pairwise_distance(x)) == 1.0
+  assert float(min_pairwise_distance(x[:2])) == np.inf
+  assert float(min_pairwise_distance(jnp.array([[0.0, 0.0], [0.5, 0.0]]))) == 0.5
+
+
+def test_fig2c_rejected_everywhere_is_not_testable_with_the_power_line():
+  """Every evaluated N rejected at every L: not testable, with that reason and the KS power line
+  (the sample of this return was dropped by a survivor)."""
+  scan = {"100": {"printed": {"evaluated": {"1": 0.001, "8": 0.001}, "windows": []}}}
+  v = C.judge_fig2c({"critical_scan": scan, "heads": 144}, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE
+  assert v.reason == ("the KS test rejected at every N searched (α = 0.01): 100 (no pass for "
+                      "N ≤ 8)")
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")

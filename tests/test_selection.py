@@ -187,3 +187,124 @@ def test_device_top_k_rechecks_the_boundary_of_n_not_of_k():
     rank = np.asarray(selection.ranks_from_top(idx, w.shape[-1]))
     np.testing.assert_array_equal(rank[0] < 2, python_top_n(w[0], 2, vis[0]))
     assert sorted(np.nonzero(rank[0] < 2)[0].tolist()) == [0, 2]
+
+
+# Survivors of the full mutation run of limits/selection.py (tenth session, 426 mutants;
+# docs/mutation_survivors.md lists the equivalent ones).
+
+def python_window(L, W):
+  """Reference visibility: query q sees key i iff i <= q and (W == 0 or i > q - W)."""
+  return np.array([[i <= q and (W == 0 or i > q - W) for i in range(L)] for q in range(L)])
+
+
+def test_visible_window_is_the_causal_band():
+  """visible_window(L) is the causal triangle (default W = 0), visible_window(L, W) the band of
+  the last W keys (every `np.tri(L, k=-W)` variant: sign, operator, dtype, argument)."""
+  for L in (1, 5, 9):
+    np.testing.assert_array_equal(selection.visible_window(L), python_window(L, 0))
+    for W in (1, 2, 4, L, L + 3):
+      got = selection.visible_window(L, W)
+      assert got.dtype == bool
+      np.testing.assert_array_equal(got, python_window(L, W), err_msg=f"L={L} W={W}")
+
+
+@pytest.mark.parametrize("window", [0, 3, 5])
+def test_windowed_thresholds_on_4d_records_match_a_python_sort(window):
+  """thresholds / thresholds_from_sorted(sort_rows(...)) on (B, H, L, L) weights with H != L
+  (`w.shape[-1]` -> `[+1]` reads H), a sliding window W (the `window` argument passed through
+  every call), N up to and beyond L (the −inf padding of the (N+1)-th value; `n < L` ->
+  `n <= L` reads past the row) and every row, also those with t <= N visible keys (all
+  selected). cut is int32 as documented."""
+  rng = np.random.default_rng(11)
+  B, H, L = 1, 2, 7
+  w = tied_rows(rng, B * H * L, L).reshape(B, H, L, L)
+  ns = [1, 2, 3, L - 1, L, L + 2]
+  th = selection.thresholds(w, ns, window)
+  th_sorted = selection.thresholds_from_sorted(w, selection.sort_rows(w, window), ns, window)
+  np.testing.assert_array_equal(th.thr, th_sorted.thr)
+  np.testing.assert_array_equal(th.cut, th_sorted.cut)
+  assert th.thr.shape == th.cut.shape == (B, H, L, len(ns)) and th.cut.dtype == np.int32
+  vis = python_window(L, window)
+  kpos = np.arange(L)
+  for h in range(H):
+    for k, n in enumerate(ns):
+      got = np.asarray(selection.select_thresholds(w[0, h], th.thr[0, h, :, k],
+                                                   th.cut[0, h, :, k], vis, kpos))
+      for q in range(L):
+        np.testing.assert_array_equal(got[q], python_top_n(w[0, h, q], n, vis[q]),
+                                      err_msg=f"W={window} h={h} n={n} q={q}")
+
+
+def test_top_n_mask_keeps_the_smallest_key_when_n_covers_the_row():
+  """Distinct weights, every key visible: N = L and N > L select all L keys (the N-th place is
+  clipped to L − 1, not L − 2, which would drop the smallest key)."""
+  alpha = np.array([[0.4, 0.1, 0.3, 0.2], [0.05, 0.6, 0.15, 0.2]])
+  for n in (3, 4, 6):
+    got = np.asarray(selection.top_n_mask(alpha, n))
+    for r in range(2):
+      np.testing.assert_array_equal(got[r], python_top_n(alpha[r], n, [True] * 4))
+
+
+def test_top_n_rank_cap_error_and_int32_ranks():
+  """top_n_rank: an n_cap outside [1, L] is named in one line; the ranks are int32 as
+  documented, also with x64 on (`jnp.full(..., dtype=jnp.int32)` without the dtype is int64)."""
+  a = np.array([0.1, 0.4, 0.2, 0.3, 0.0])
+  for bad in (0, 6):
+    with pytest.raises(selection.LimitsError, match=rf"^top-N cap n_cap={bad} must be in "
+                                                     r"\[1, L=5\]$"):
+      selection.top_n_rank(a, bad)
+  with jax.enable_x64(True):
+    rank, idx, ok = selection.top_n_rank(a, 3)
+    assert rank.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(rank), [3, 0, 2, 1, 3])
+    assert np.asarray(ok).all() and np.asarray(idx).tolist() == [1, 3, 2]
+
+
+@pytest.mark.parametrize("ns, rows", [([1, 2], [0, 1]), ([2], [0, 2]), ([1, 2], [3, 1])])
+def test_device_top_k_rechecks_each_row_at_k_equal_to_max_n_plus_one(ns, rows):
+  """top_k_rows as the kernels call it (k = max N + 1): a float32 tie (float64: the later key is
+  larger) at the N = 1 place (row 1) or at the N = 2 place (row 2), next to a row with distinct
+  values (row 0, large; row 3, small); any row flagged sends the whole block to the float64
+  sort, so each block holds one tied row. The check must compare each row's own N-th and
+  (N+1)-th values: reading them from the first row only (`take(..., axis=None)`, above or
+  below), at the 2nd | 3rd place for N = 1 (`clip(ns, 2, ...)`) or at the (k−2)-th place for
+  N = k − 1 (`clip(..., k - 2)`) keeps float32's lower index."""
+  with jax.enable_x64(True):
+    w = np.array([[0.9, 0.8, 0.05, 0.01, 0.02],
+                  [0.3, 0.3 + 1e-12, 0.1, 0.05, 0.01],
+                  [0.5, 0.3, 0.3 + 1e-12, 0.1, 0.01],
+                  [0.02, 0.01, 0.005, 0.002, 0.001]])[rows]
+    assert np.float32(w[1, 0]) == np.float32(w[1, 1]) or np.float32(w[1, 1]) == np.float32(
+        w[1, 2])
+    vis = np.ones_like(w, bool)
+    got = _device_top(w, vis, max(ns), ns)
+    for n in ns:
+      for q in range(2):
+        np.testing.assert_array_equal(got[n][q], python_top_n(w[q], n, vis[q]),
+                                      err_msg=f"n={n} row={rows[q]}")
+
+
+def test_device_top_k_float64_fallback_keeps_ties_in_index_order():
+  """The float64 fallback of top_k_rows on long rows (C = 64) full of exact float64 ties, each
+  row made inexact in float32 by one key (0.05 + 1e-12) so that the float32 tie at the N-th
+  place sends the block to the float64 sort, which must select the lower indices first (an
+  unstable `lax.sort` reorders equal keys at this length when called alone, though inside
+  top_k_rows XLA's CPU backend was seen to keep the order: docs/mutation_survivors.md);
+  the ranks are int32 with x64 on (ranks_from_top's `jnp.full(..., jnp.int32)` without the
+  dtype is int64)."""
+  import jax.numpy as jnp
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(12)
+    C = 64
+    w = rng.choice(np.array([0.1, 0.2, 0.3]), size=(3, C))
+    w[:, 7] = 0.05 + 1e-12
+    vis = np.ones_like(w, bool)
+    ns = [5, 9]
+    got = _device_top(w, vis, max(ns), ns)
+    for n in ns:
+      for q in range(3):
+        np.testing.assert_array_equal(got[n][q], python_top_n(w[q], n, vis[q]),
+                                      err_msg=f"n={n} row={q}")
+    idx = selection.top_k_rows(jnp.asarray(w), jnp.asarray(vis), 10, jnp.asarray(ns))
+    assert selection.ranks_from_top(idx, C).dtype == jnp.int32

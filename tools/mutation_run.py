@@ -18,6 +18,11 @@ stats) takes minutes to an hour.
 all of them (mutmut first generates every mutant and maps tests to functions, then runs only the
 named ones); the summary then gives the sample's kill rate with a 95 % Wilson interval for the
 whole group. Run again in the same WORK without ``--sample`` to finish the rest.
+
+``--only NAMES`` (comma list of mutant names or mutmut patterns) runs just those mutants on a
+fresh copy of the committed tree: the re-check of survivors after tests were added (names are
+per function and stable while that function is unchanged). The summary still counts every
+mutant's last status in WORK, so give the re-check its own WORK and read the named ones.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ def prepare(work: pathlib.Path, groups: list[str]) -> None:
                          + deselect) + "\n")
 
 
-def summarise(work: pathlib.Path) -> str:
+def summarise(work: pathlib.Path, sampled: bool = True) -> str:
   """Counts per status, kill rate and the survivors, from ``mutmut results --all true``."""
   out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work,
                        capture_output=True, text=True).stdout
@@ -111,7 +116,7 @@ def summarise(work: pathlib.Path) -> str:
   killed = counts.get("killed", 0) + counts.get("timeout", 0)
   lines = [f"mutants: {len(status)}; " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())),
            f"kill rate: {killed}/{ran} = {killed / ran:.1%}" if ran else "kill rate: nothing ran"]
-  if ran and ran < len(status):
+  if ran and ran < len(status) and sampled:
     lo, hi = wilson(killed, ran)
     lines.append(f"{ran} of {len(status)} mutants ran; 95 % Wilson interval for the group's kill "
                  f"rate (if they are a uniform sample): [{lo:.1%}, {hi:.1%}]")
@@ -142,6 +147,10 @@ def main(argv=None) -> int:
   p.add_argument("--summary-only", action="store_true", help="summarise an earlier run in WORK")
   p.add_argument("--sample", type=int, default=0, help="run only K mutants drawn at random")
   p.add_argument("--seed", type=int, default=0, help="seed of --sample")
+  p.add_argument("--only", default="",
+                 help="comma list of mutant names or mutmut patterns (e.g. "
+                      "'limits.bounds.x_lemma1_constants__mutmut_*') to run instead of all: "
+                      "re-checking survivors after tests were added")
   args = p.parse_args(argv)
   groups = [g for g in args.groups.split(",") if g]
   unknown = [g for g in groups if g not in GROUPS]
@@ -154,7 +163,9 @@ def main(argv=None) -> int:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ""}
     run = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.children)]
     with open(args.work / "mutmut.log", "w") as log:
-      if args.sample:
+      if args.only:
+        run += [n for n in args.only.split(",") if n]
+      elif args.sample:
         # Generate every mutant (mutmut then stops: the pattern names no mutant), then draw.
         subprocess.run(run + ["limits.no_such_module.*"], cwd=args.work, env=env, stdout=log,
                        stderr=subprocess.STDOUT)
@@ -163,7 +174,7 @@ def main(argv=None) -> int:
         (args.work / "mutation_sample.txt").write_text("\n".join(names) + "\n")
         run += names
       subprocess.run(run, cwd=args.work, env=env, stdout=log, stderr=subprocess.STDOUT)
-  text = summarise(args.work)
+  text = summarise(args.work, sampled=not args.only)
   (args.work / "mutation_summary.txt").write_text(text + "\n")
   print(text)
   return 0

@@ -40,18 +40,24 @@ from absl import app, flags
 
 from limits.errors import LimitsError, check
 
-flags.DEFINE_string("model", "smollm2", "Model spec (limits.records.sources.load_model).")
-flags.DEFINE_integer("length", 512, "Window length L.", lower_bound=2)
-flags.DEFINE_integer("windows", 1, "How many windows (0: every window of the book).",
-                     lower_bound=0)
-flags.DEFINE_enum("order", "first", ["first", "random"],
-                  "first: windows 0, 1, ...; random: a seeded permutation of all windows.")
-flags.DEFINE_integer("seed", 0, "Seed of the permutation (--order=random).")
-flags.DEFINE_integer("bos", -1, "Token id prepended for the second score (-1: none).")
-flags.DEFINE_bool("plain", True, "Also score each window without BOS (with --bos; costs a "
-                  "second forward per window).")
-flags.DEFINE_string("out", None, "Append per-window results to this .jsonl file and resume "
-                    "from it (skip the windows already recorded with the same settings).")
+
+def define_flags() -> None:
+  """The absl flags, defined only when this module runs as a program (so tests can import it
+  beside other benchmarks that define flags of the same names)."""
+  flags.DEFINE_string("model", "smollm2", "Model spec (limits.records.sources.load_model).")
+  flags.DEFINE_integer("length", 512, "Window length L.", lower_bound=2)
+  flags.DEFINE_integer("windows", 1, "How many windows (0: every window of the book).",
+                       lower_bound=0)
+  flags.DEFINE_enum("order", "first", ["first", "random"],
+                    "first: windows 0, 1, ...; random: a seeded permutation of all windows.")
+  flags.DEFINE_integer("seed", 0, "Seed of the permutation (--order=random).")
+  flags.DEFINE_integer("bos", -1, "Token id prepended for the second score (-1: none).")
+  flags.DEFINE_bool("plain", True, "Also score each window without BOS (with --bos; costs a "
+                    "second forward per window).")
+  flags.DEFINE_string("out", None, "Append per-window results to this .jsonl file and resume "
+                      "from it (skip the windows already recorded with the same settings).")
+
+
 FLAGS = flags.FLAGS
 
 FORMAT = "limits-nll/1"
@@ -220,4 +226,5 @@ def main(argv):
 if __name__ == "__main__":
   from limits import cli
 
+  define_flags()
   app.run(cli.guard(main))

@@ -137,3 +137,13 @@ def test_file_lines_are_json(tiny, tmp_path):
   _run(m, tokens, str(out), windows=1)
   lines = [json.loads(s) for s in out.read_text().splitlines()]
   assert lines[0] == {"header": _header(tokens)} and set(lines[1]) >= {"window", "nll_sum"}
+
+
+def test_importable_beside_the_other_benchmarks():
+  """benchmarks.nll defines its absl flags only when run as a program: importing it beside
+  benchmarks.accelerator (which defines --length too) in one test process is no DuplicateFlagError
+  (the default suite's collection failed on that once)."""
+  import importlib
+
+  importlib.import_module("benchmarks.accelerator")
+  importlib.reload(nll)

@@ -332,6 +332,7 @@ def test_run_temperature_summary_and_rows():
   assert (g["0.1"]["paper_stat"], g["0.1"]["paper_stat_head"]) == (11.5, 1)
   cex = summary["counterexample"]
   assert cex["norm"] == 2.0 and cex["exceeds_paper"] and not cex["exceeds_tight"]
+  assert "two tied visible logits (alpha = 1/2, 1/2)" in cex["row"]  # the row the report names
   assert [r["row"] for r in per_row] == [0, 1, 2]
   for j, r in enumerate(per_row):
     assert r["T"] == T and r["norm"] == pytest.approx(norms[j], rel=1e-10)
@@ -351,7 +352,8 @@ def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
   power-iteration steps (matfree path) leave a real error against the secular closed form;
   the secular norm is checked against numpy's SVD of (diag α − ααᵀ)/T. ``ok`` is then
   tested on both sides of each tolerance: rtol = 2·max_rel holds and max_rel/2 fails (atol 0),
-  atol = 2·max_abs holds and max_abs/2 fails (rtol 0). Kills ``atol + rtol / cscale``."""
+  atol = 2·max_abs holds and max_abs/2 fails (rtol 0). Kills ``atol + rtol / cscale``. With
+  no (layer, head) groups the g statistic the paper reads is the sample mean."""
   T = 0.05
   rows = T * np.array([[1.0, -2.0, 0.5, 0.0, 0.7, -0.4]])  # (1, 6): l/T of order 1
   mask = np.ones_like(rows, bool)
@@ -363,11 +365,13 @@ def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
     with jax.enable_x64(True):
       summary, per_row = gradient_rows.run_temperature(
           T, rows, mask, np.arange(1), np.array([], int), [0.1], "softmax", {},
-          g_vals=np.array([[1.0]]), fd_idx=np.array([0]), all_stats=stats_in, dense=False,
+          g_vals=np.array([[1.5]]), fd_idx=np.array([0]), all_stats=stats_in, dense=False,
           dtype_tol=tol, power_iters=2)
-    return summary["closed_form"], per_row[0]
+    return summary["closed_form"], per_row[0], summary
 
-  cf, row = run(0.0, 1.0)
+  cf, row, summary = run(0.0, 1.0)
+  # No groups (synthetic rows): the paper's statistic is the plain mean of g over the sample.
+  assert summary["g"]["0.1"]["paper_stat"] == 1.5 == summary["g"]["0.1"]["mean"]
   exact = _softmax_jacobian_norms(rows, mask, T)[0]
   assert exact > 3                                           # the scale is far from 1
   assert row["closed_norm"] == pytest.approx(exact, rel=1e-10)

@@ -864,3 +864,110 @@ def test_fig2c_rejected_everywhere_is_not_testable_with_the_power_line():
   assert v.reason == ("the KS test rejected at every N searched (α = 0.01): 100 (no pass for "
                       "N ≤ 8)")
   assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
+
+
+# Survivors of a fresh seeded sample of the claims group (eleventh session, seed 11, 60 of
+# 2,518): `python tools/mutation_run.py --groups claims --children 1 --sample 60 --seed 11`.
+
+def test_saturation_slopes_from_a_first_n_other_than_one():
+  """criteria.saturation's log-log slopes against the closed form when the grid starts at
+  N = 2 (every other test starts at N = 1, where log(knee/n0) = log(knee·n0)): y = N^0.5 up to
+  the knee 16, then N^0.1 · 16^0.4."""
+  from limits.claims.criteria import saturation
+  ns = [2, 4, 16, 64]
+  ys = [n ** 0.5 if n <= 16 else n ** 0.1 * 16 ** 0.4 for n in ns]
+  sat = saturation(ns, ys, 16)
+  assert sat["before"] == pytest.approx(0.5, rel=1e-12)
+  assert sat["after"] == pytest.approx(0.1, rel=1e-12)
+  assert sat["change_before"] == pytest.approx(math.sqrt(8) - 1, rel=1e-12)
+  assert (sat["first"], sat["last"]) == (2, 64)
+
+
+def test_distance_sample_line_joins_its_parts_with_commas():
+  """The sample line of a distance judge names heads, windows and rows, joined by ', '."""
+  s = {"heads": 12, "windows": 2, "rows": [{"L": 64, "N": 4, "violations_sum": 0,
+                                            "rows_checked": 1500}]}
+  v = C.judge_thm1_bound(s, {"AMBIG-1": "sum"})
+  assert v.status == HOLDS and v.measured == "0 violations in 1,500 rows", v
+  assert v.sample == "12 heads, 2 window(s) per L, 1,500 (head, query) rows", v.sample
+
+
+def test_fig2c_hides_the_pass_windows_of_a_scan_run_at_another_alpha():
+  """The pass windows a scan recorded belong to its own α: judged at AMBIG-9 = 0.01, an entry
+  scanned at α = 0.05 is read from its p-values (N_crit = 4 at both levels here) and its windows
+  are not shown; the same entry at α = 0.01 shows them."""
+  pvals = {str(n): (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 8)}
+
+  def summary(alpha):
+    entry = {"alpha": alpha, "evaluated": pvals, "windows": [[4, 6]]}
+    return {"critical_scan": {"100": {"printed": entry}}, "heads": 144}
+
+  r = {"AMBIG-9": "0.01"}
+  same = C.judge_fig2c(summary(0.01), r)
+  assert same.status == HOLDS and "(passes at N = 4–6)" in same.measured, same
+  other = C.judge_fig2c(summary(0.05), r)
+  assert other.status == HOLDS and other.measured.startswith("N_crit ≈ 0.04·L (L = 100: 4)"), other
+  assert "passes at" not in other.measured, other
+
+
+def test_fig2c_default_level_is_0_01():
+  """Without AMBIG-9 in the reading, fig2c judges at α = 0.01: a p-value of 0.02 at N = 3 then
+  passes (at 0.05 it would not), so N_crit = 3, c = 0.03, the band's lower edge."""
+  pvals = {"1": 0.001, "2": 0.001, "3": 0.02, "4": 0.5, "5": 0.5}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals}}}, "heads": 144}
+  v = C.judge_fig2c(s, {})
+  assert v.status == HOLDS and v.measured.startswith("N_crit ≈ 0.03·L (L = 100: 3"), v
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.05"}).measured.startswith("N_crit ≈ 0.04·L"), v
+
+
+def test_separability_sample_line_names_the_point_sets():
+  """fig3-band's sample line: heads, point sets per head and windows, joined by ', '."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  s = {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79, 0.785, 0.78], "heads": 12,
+       "samples": 50, "windows": 3}
+  v = C.judge_fig3_band(s, {})
+  assert v.status == HOLDS and v.sample == "12 heads, 50 point sets per head, 3 window(s)", v
+
+
+def test_upper_tracking_checks_every_head_after_one_below_the_floor():
+  """_tracks counts every head at an N: a first head at or below the bound's floor is skipped,
+  and the next one, 0.2 above its derived bound, is still a violation (`continue` -> `break`
+  would stop at the first); the vacuous text counts the one skipped case of the two (2 − 1)."""
+  s = {"per_head": [{"n": 4, "frac": 0.5, "lower": 0, "upper": 0.7, "upper_printed": 0.95},
+                    {"n": 4, "frac": 0.85, "lower": 0, "upper": 0.65, "upper_printed": 0.95}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == FAILS and v.measured.endswith("; 1 of 1 decidable (head, N) cases above "
+                                                   "the bound"), v
+  assert "above the bound: 1 of 2 (head, N) cases at N > 1 have N_s/N ≤ 0.607" in v.vacuous, v
+
+
+def test_fig3_decline_states_the_slope_ratio():
+  """fig3-decline's text ends with the ratio of the log-log slopes after/before N = 16, here
+  from closed forms: median N^−0.1 up to 16, then ∝ N^−0.02 (ratio 0.02/0.1 = 0.2)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  med = [n ** -0.1 if n <= 16 else 16 ** -0.08 * n ** -0.02 for n in ns]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": med})
+  assert v.status == HOLDS, v
+  ratio = float(v.measured.rsplit("slope ratio after/before ", 1)[1])
+  assert ratio == pytest.approx(0.2, rel=1e-3), v.measured
+
+
+def test_cor1_band_sample_line_is_empty_without_a_query_count():
+  """cor1-band: the sample line states the queries checked when recorded, and is empty (no
+  placeholder text) when they are not."""
+  from limits.claims.judges_vanishing import judge_cor1_band
+  assert judge_cor1_band({"band_violations": 0, "band_queries": 12345}, {}).sample == \
+      "12,345 queries"
+  v = judge_cor1_band({"band_violations": 2}, {})
+  assert v.status == FAILS and v.sample == "" and v.measured == "2 queries outside the band", v
+
+
+def test_sphere_band_is_fig3_band_on_the_sphere_data():
+  """judge_sphere_band applies fig3-band's test to the sphere summary: medians at N >= 16 in
+  [0.70, 0.85] hold, one at 0.9 fails (no test called this judge before)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  inside = {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79, 0.785, 0.78]}
+  v = C.judge_sphere_band(inside, {})
+  assert v.status == HOLDS and v.measured == "median over heads 0.78–0.8 for N ≥ 16", v
+  above = {"n": ns, "median": [1.0, 0.95, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]}
+  assert C.judge_sphere_band(above, {}).status == FAILS

@@ -352,7 +352,8 @@ def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
   power-iteration steps (matfree path) leave a real error against the secular closed form;
   the secular norm is checked against numpy's SVD of (diag α − ααᵀ)/T. ``ok`` is then
   tested on both sides of each tolerance: rtol = 2·max_rel holds and max_rel/2 fails (atol 0),
-  atol = 2·max_abs holds and max_abs/2 fails (rtol 0). Kills ``atol + rtol / cscale``. With
+  atol = 2·max_abs and atol = max_abs exactly hold, max_abs/2 fails (rtol 0: the comparison is
+  ``<=``). Kills ``atol + rtol / cscale``. With
   no (layer, head) groups the g statistic the paper reads is the sample mean."""
   T = 0.05
   rows = T * np.array([[1.0, -2.0, 0.5, 0.0, 0.7, -0.4]])  # (1, 6): l/T of order 1
@@ -382,4 +383,5 @@ def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
   assert run(0.0, 2 * cf["max_rel"])[0]["ok"]
   assert not run(0.0, 0.5 * cf["max_rel"])[0]["ok"]
   assert run(2 * cf["max_abs"], 0.0)[0]["ok"]
+  assert run(cf["max_abs"], 0.0)[0]["ok"]                    # exactly at the tolerance: ok
   assert not run(0.5 * cf["max_abs"], 0.0)[0]["ok"]

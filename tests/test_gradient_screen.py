@@ -353,8 +353,8 @@ def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
   the secular norm is checked against numpy's SVD of (diag α − ααᵀ)/T. ``ok`` is then
   tested on both sides of each tolerance: rtol = 2·max_rel holds and max_rel/2 fails (atol 0),
   atol = 2·max_abs and atol = max_abs exactly hold, max_abs/2 fails (rtol 0: the comparison is
-  ``<=``). Kills ``atol + rtol / cscale``. With
-  no (layer, head) groups the g statistic the paper reads is the sample mean."""
+  ``<=``). Kills ``atol + rtol / cscale``. With no (layer, head) groups the g statistic the
+  paper reads is the sample mean."""
   T = 0.05
   rows = T * np.array([[1.0, -2.0, 0.5, 0.0, 0.7, -0.4]])  # (1, 6): l/T of order 1
   mask = np.ones_like(rows, bool)

@@ -971,3 +971,146 @@ def test_sphere_band_is_fig3_band_on_the_sphere_data():
   assert v.status == HOLDS and v.measured == "median over heads 0.78–0.8 for N ≥ 16", v
   above = {"n": ns, "median": [1.0, 0.95, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]}
   assert C.judge_sphere_band(above, {}).status == FAILS
+
+
+# Survivors of a second fresh sample of the claims group, after the tests above (eleventh
+# session, seed 12, 100 of 2,518): `... --groups claims --sample 100 --seed 12`.
+
+def test_assessment_lists_every_reading_it_could_not_compute():
+  """assess: when no admissible reading flips the verdict and two cannot be computed, the label
+  lists both reasons, sorted and joined by '; '."""
+  def judge(s, r):
+    return {"a1": Verdict(HOLDS), "a2": Verdict(NOT_TESTABLE, reason="no x"),
+            "a3": Verdict(NOT_TESTABLE, reason="no y")}[r["AMBIG-A"]]
+  claim = Claim(id="t3", kind="theorem", where="here", words="w", setting="s", step="step",
+                criterion="c", judge=judge,
+                readings=(Reading("AMBIG-A", (("a1", "one"), ("a2", "two"), ("a3", "three"))),))
+  res = assessment.assess(claim, {})
+  assert res.verdict == HOLDS
+  assert res.label == ("same under every computable admissible reading (1 of 3; not computable: "
+                       "no x; no y)"), res.label
+
+
+@pytest.mark.parametrize("change, moved", [(0.1, True), (0.1 * (1 - 2e-12), False)])
+def test_saturates_needs_a_tenth_with_a_1e12_slack(change, moved):
+  """criteria.saturates: the first move must be >= 10 % (relative slack 1e-12 below): exactly
+  0.1 counts, 2e-12 below does not (`min_change / (1 - 1e-12)` rejects exactly 0.1)."""
+  from limits.claims.criteria import saturates
+  assert saturates({"change_before": change, "before": 1.0, "after": 0.1}, +1) is moved
+
+
+def test_saturation_needs_a_positive_value_at_the_knee():
+  """criteria.saturation: a value <= 0 at the knee (first and last positive) is Missing with
+  its one line, not a math domain error of log(0)."""
+  from limits.claims.core import Missing
+  from limits.claims.criteria import saturation
+  with pytest.raises(Missing, match="positive values at the first N, the knee and the last N"):
+    saturation([1, 16, 64], [1.0, 0.0, 2.0], 16)
+
+
+def _distance_rows(d_by_n, L=1024.0):
+  return [{"L": L, "N": n, "d_sum_mean": d, "d_norm_mean": d, "dmax_sum_mean": 2 * d,
+           "dmax_norm_mean": 2 * d, "expected_printed_output_mean": e,
+           "expected_mean": e, "rows_checked": 10} for n, (d, e) in d_by_n.items()]
+
+
+def test_fig2b_converge_text_names_the_first_and_last_n_and_the_sample():
+  """_converge's text: the gap at the first N (1) and the last N (100); the sample line of
+  the converge and plateau judges names the heads."""
+  rows = _distance_rows({1: (1.0, 0.5), 20: (4.4, 4.0), 100: (5.1, 5.0)})
+  s = {"rows": rows, "heads": 12}
+  v = C.judge_fig2b_converge_printed(s, {})
+  assert v.status == HOLDS, v
+  assert v.measured == "relative gap 0.5 at N = 1, 0.01961 at N = 100", v.measured
+  assert v.sample == "12 heads", v.sample
+  p = C.judge_fig2b_plateau(s, {})
+  assert p.status == HOLDS and p.sample == "12 heads", p
+
+
+def test_fig2a_true_states_its_sample():
+  """_linear_verdict (fig2a-true) keeps the sample line."""
+  rows = [{"L": L, "N": 5, "d_sum_mean": 0.01 * L} for L in (64, 128, 256)]
+  v = C.judge_fig2a_true({"rows": rows, "heads": 9}, {})
+  assert v.status == HOLDS and v.sample == "9 heads", v
+  assert v.measured == "log-log exponent 1, straight-line R² 1", v
+
+
+def test_fig2b_tightens_with_a_zero_distance_at_the_knee():
+  """fig2b-tightens: d̃ = 0 at N = 20 gives the ratio inf there (not a ZeroDivisionError), and a
+  finite ratio at the largest N is below it: tightens."""
+  rows = [{"L": 64, "N": 20, "d_sum_mean": 0.0, "dmax_sum_mean": 2.0},
+          {"L": 64, "N": 40, "d_sum_mean": 1.0, "dmax_sum_mean": 1.5}]
+  v = C.judge_fig2b_tightens({"rows": rows}, {})
+  assert v.status == HOLDS and v.measured == "d_max/d̃ N = 20: inf, N = 40: 1.5", v
+
+
+def test_fig2c_states_the_default_scan_range():
+  """fig2c's text names the scan range "scan N = 1…⌈L/4⌉" when every L used the default N_max."""
+  pvals = {str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 26)}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals, "n_max": 25}}}, "heads": 144}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == HOLDS and v.measured == "N_crit ≈ 0.04·L (L = 100: 4); scan N = 1…⌈L/4⌉", v
+
+
+def test_fig4_collapse_with_exactly_two_temperatures_and_its_texts():
+  """fig4-collapse needs 2 temperatures >= 1 (exactly 2 suffice: T = 1 and 100); its text ends
+  with " decades"; a grid that stops below 100·T0 is Missing with the temperature it lacks."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_gradient import judge_fig4_collapse
+  s = {"T": [0.1, 1.0, 100.0], "g": {"0.1": [50.0, 10.0, 0.1], "1": [40.0, 12.0, 0.12]}}
+  v = judge_fig4_collapse(s, {})
+  assert v.status == HOLDS and v.measured.endswith(" decades"), v
+  assert v.measured.startswith("spread 0.07918 decades; drop ε = "), v.measured
+  with pytest.raises(Missing, match=r"^a temperature up to 100 in its grid \(two decades above "
+                                    r"1\)$"):
+    judge_fig4_collapse({"T": [1.0, 10.0], "g": {"1": [1.0, 0.1]}}, {})
+
+
+def test_lemma2_states_the_pairs_checked():
+  from limits.claims.judges_gradient import judge_lemma2
+  v = judge_lemma2({"lemma2_exceed": 0, "lemma2_rows": 1234}, {})
+  assert v.status == HOLDS and v.sample == "1,234 (row, T) pairs", v
+  assert judge_lemma2({"lemma2_exceed": 1}, {}).sample == ""
+
+
+def test_fig3_decline_states_the_last_median():
+  """fig3-decline's text names the median at the largest N (0.78 at N = 128), not the one
+  before it."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79,
+                                                          0.785, 0.78]})
+  assert "0.8 at 16, 0.78 at N = 128; slope ratio" in v.measured, v
+
+
+def test_sphere_cap_interval_is_the_worst_heads_own():
+  """sphere-cap's interval uses the standard error of the head whose N_s/N is the worst one
+  (0.8, stderr 0.01: ± 0.0196), not another head's (0.5, stderr 0.1); a per-head row without
+  "frac" is skipped, not a TypeError."""
+  s = {"n": [1, 16, 32], "max": [1.0, 0.8, 0.7],
+       "per_head": [{"n": 16, "stderr": 0.05},
+                    {"n": 16, "frac": 0.5, "stderr": 0.1},
+                    {"n": 16, "frac": 0.8, "stderr": 0.01}]}
+  v = C.judge_sphere_cap(s, {})
+  assert v.status == HOLDS
+  assert v.measured == ("largest head mean N_s/N for N ≥ 16: 0.8 (95 % CI ± 0.0196 from the "
+                        "Monte Carlo standard error)"), v.measured
+
+
+def test_thm2_lower_counts_a_bound_of_exactly_zero_as_clipped():
+  """thm2-lower: a lower bound of exactly 0 is clipped (vacuous) like a negative one: 1 of 2."""
+  s = {"per_head": [{"n": 4, "frac": 0.8, "lower": 0.0, "upper": 1, "upper_printed": 1},
+                    {"n": 8, "frac": 0.8, "lower": 0.5, "upper": 1, "upper_printed": 1}]}
+  v = C.judge_thm2_lower(s, {})
+  assert v.status == HOLDS
+  assert v.measured == "0 of 2 (head, N) cases below the bound; 50 % of bounds clipped to 0", v
+
+
+def test_lemma1_bounded_without_a_checked_count_and_its_missing_line():
+  """lemma1-bounded: an F without a "checked" count still gives its verdict (no sample line),
+  and with no F recorded the Missing line names the key pattern lemma1.<F>.violations."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_vanishing import judge_lemma1_bounded
+  v = judge_lemma1_bounded({"lemma1": {"softmax": {"violations": 0, "C2": 2.0}}}, {})
+  assert v.status == HOLDS and v.sample == "" and v.measured == "softmax: C2 = 2, 0 violations"
+  with pytest.raises(Missing, match=r"^lemma1\.<F>\.violations$"):
+    judge_lemma1_bounded({"lemma1": {"softmax": {"C2": 2.0}}}, {})

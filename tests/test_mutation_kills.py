@@ -1114,3 +1114,77 @@ def test_lemma1_bounded_without_a_checked_count_and_its_missing_line():
   assert v.status == HOLDS and v.sample == "" and v.measured == "softmax: C2 = 2, 0 violations"
   with pytest.raises(Missing, match=r"^lemma1\.<F>\.violations$"):
     judge_lemma1_bounded({"lemma1": {"softmax": {"C2": 2.0}}}, {})
+
+
+# Survivors of a second fresh sample of the rows group (eleventh session, seed 12, 40 of 1,628).
+
+def test_distance_top_n_size_that_is_not_an_integer_names_the_value():
+  """cumulative_distance with n = "abc": one line naming the value and what is allowed."""
+  from limits import distance
+  a, x = jnp.full((4,), 0.25), jnp.eye(4)
+  with pytest.raises(LimitsError, match=r"^top-N size n='abc' must be a positive integer$"):
+    distance.cumulative_distance(a, x, "abc")
+
+
+def test_plain_softmax_is_only_the_registry_softmax_without_parameters():
+  """gradient.rows._plain_softmax: the registry's softmax is; a function that is merely named
+  softmax and has no ``params`` is not (False, not an AttributeError)."""
+  from limits import normalizers
+  from limits.gradient.rows import _plain_softmax
+
+  def softmax(z):  # noqa: ARG001
+    return z
+
+  assert _plain_softmax(normalizers.get("softmax"))
+  assert not _plain_softmax(softmax)
+
+
+def test_softmax_inf_against_numpy_with_masked_entries_and_an_empty_row():
+  """gradient.rows._softmax_inf: softmax over the visible (finite) entries against numpy
+  (float64, rel 1e-14), 0 on the −inf entries, and an all −inf row gives zeros."""
+  from limits.gradient.rows import _softmax_inf
+  z = np.array([[0.5, -1.0, 2.0, -np.inf], [-np.inf] * 4])
+  with jax.enable_x64(True):
+    got = np.asarray(_softmax_inf(jnp.asarray(z)))
+  e = np.exp(z[0, :3] - 2.0)
+  np.testing.assert_allclose(got[0, :3], e / e.sum(), rtol=1e-14)
+  assert got[0, 3] == 0.0 and (got[1] == 0.0).all()
+
+
+def test_counterexample_exceeds_only_strictly_and_reports_its_error():
+  """gradient.rows.counterexample: with violation rtol 0 the tied-top-two norm 1/(2T) equals the
+  tight bound and does not exceed it (`>`), while it exceeds the printed 1/(4T); the numeric
+  check reports a relative error within its 1e3 ulps."""
+  from limits.gradient.rows import counterexample
+  T = 0.25
+  with jax.enable_x64(True):
+    c = counterexample(T, 1 / (4 * T), 1 / (2 * T), 0.0, np.float64)
+  assert c["norm"] == 2.0 and c["exceeds_paper"] and not c["exceeds_tight"]
+  assert 0 <= c["numeric_check"]["rel_err"] <= 1e3 * np.finfo(np.float64).eps
+  assert c["numeric_check"]["ok"]
+
+
+def test_row_range_and_count_keep_the_rows_dtype():
+  """gradient.rows.row_range_and_count: r and n in the rows' dtype (float32 rows: no float64
+  copy of a 1.1M-row count), with the visible range and count per row."""
+  from limits.gradient.rows import row_range_and_count
+  rows = np.array([[0.0, 3.0, -1.0], [2.0, 5.0, 9.0]], np.float32)
+  mask = np.array([[True, True, False], [False, False, False]])
+  with np.errstate(over="ignore"):  # the empty row's span is −big − big before it is set to 0
+    r, n = row_range_and_count(rows, mask)
+  assert r.dtype == n.dtype == np.float32
+  assert r[:, 0].tolist() == [3.0, 0.0] and n[:, 0].tolist() == [2.0, 1.0]
+
+
+def test_min_pairwise_distance_float32_duplicates_by_float32_rounding():
+  """separability.rows: the duplicate threshold is 16 eps of the points' own dtype. Two float32
+  points 1e-3 apart at norm 1 have a Gram-identity d² of 1e-6 ± float32 rounding (~2e-7),
+  below 16·eps32·2 = 3.8e-6: duplicates, and δ is the next pair's distance (√2). With eps of
+  float64 (`jnp.finfo(None)` with x64 on, where the default float is not the points' dtype)
+  they would count as a pair 1e-3 apart."""
+  from limits.separability.rows import min_pairwise_distance
+  pts = [[1.0, 0.0], [1.0 + 1e-3, 0.0], [0.0, 1.0]]
+  for x64 in (False, True):
+    with jax.enable_x64(x64):
+      x = jnp.array(pts, jnp.float32)
+      assert float(min_pairwise_distance(x)) == pytest.approx(math.sqrt(2), rel=1e-3), x64

@@ -1188,3 +1188,20 @@ def test_min_pairwise_distance_float32_duplicates_by_float32_rounding():
     with jax.enable_x64(x64):
       x = jnp.array(pts, jnp.float32)
       assert float(min_pairwise_distance(x)) == pytest.approx(math.sqrt(2), rel=1e-3), x64
+
+
+def test_row_norms_secular_forms_no_jacobian(monkeypatch):
+  """gradient.rows.row_norms(how="secular") is the O(L) closed form: it never builds the L×L
+  Jacobian (``jacobian`` patched to fail) and equals numpy's SVD norm (float64, rel 1e-12)."""
+  from limits.gradient import rows as gradient_rows
+
+  def no_jacobian(*args, **kwargs):
+    raise AssertionError("the secular path built an L x L Jacobian")
+
+  monkeypatch.setattr(gradient_rows, "jacobian", no_jacobian)
+  T, logits = 0.5, np.array([[0.3, -0.2, 1.0, 0.0]])
+  with jax.enable_x64(True):
+    got = float(gradient_rows.row_norms("softmax", {}, jnp.asarray(logits), T, how="secular")[0])
+  a = np.exp(logits[0] / T - (logits[0] / T).max())
+  a /= a.sum()
+  assert got == pytest.approx(np.linalg.norm((np.diag(a) - np.outer(a, a)) / T, 2), rel=1e-12)

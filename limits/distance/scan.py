@@ -22,7 +22,6 @@ import math
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from limits.distance import kernels

@@ -79,3 +79,43 @@ def test_scan_n_max_is_a_quarter_of_l_rounded_up(L, expected):
 def test_scan_n_max_rejects_a_nonpositive_cap():
   with pytest.raises(LimitsError, match="N_max=0"):
     scan_n_max(32, 0)
+
+
+@pytest.mark.parametrize("cache", [1 << 30, 1 << 17])
+def test_scan_batches_make_no_implicit_host_transfer(cache):
+  """Algorithm 3's per-layer statistics (issue 27: under ``jax.transfer_guard("disallow")``):
+  a batch of the scan, once its records are on the device (kept, or read again per batch with
+  the selection order kept), makes no implicit host transfer: the Ns are placed explicitly and
+  the batch's results fetched in one explicit transfer. The other side: the same guard refuses
+  a layer kernel handed a NumPy array (the guard is on)."""
+  from limits.distance import kernels
+
+  with jax.enable_x64(True):
+    params = gpt2.init_params(jax.random.key(3), CONFIG, dtype=np.float64)
+    ev = distance_model.ModelEvaluator(params, CONFIG, dtype=np.float64, ks_dtype=np.float64)
+    tok = np.random.default_rng(4).integers(0, CONFIG.vocab_size, (2, 40)).astype(np.int32)
+    fast = ScanSamples(ev, tok, 20, cache_bytes=cache)
+    want = fast([1, 2, 3, 5])  # compiles, and fills what is kept, outside the guard
+    if cache < 1 << 20:  # each batch reads the records again: from memory here
+      recs = {np.asarray(tok[w]).tobytes(): r for w, r in enumerate(_records(params, tok))}
+      ev.layer_source = lambda t: iter(recs[np.asarray(jax.device_get(t))[0].tobytes()])
+    (wj, xj, top, win), *_ = next(iter(fast._windows())) if fast._keep else fast._prepared(0)
+    with jax.transfer_guard("disallow"):
+      got = fast([1, 2, 3, 5])
+      for key, v in want.items():
+        np.testing.assert_array_equal(got[key], v, err_msg=key)
+      with pytest.raises(Exception, match="[Dd]isallowed"):
+        kernels.layer_kernel(np.asarray(wj), xj, jax.device_put(np.array([1], np.int32)),
+                             kmax=fast.kmax, inclusion=ev.inclusion, bound=False,
+                             blocks=fast.blocks, printed=True, dtype="float64", window=win,
+                             top=top, lean=True)
+
+
+def _records(params, tok):
+  """Each window's layer records, computed outside the guard (the forward itself is not a
+  per-layer statistic: it runs once per window and L and is kept in the records store)."""
+  from limits import models
+
+  for w in range(tok.shape[0]):
+    yield [(i, rec) for i, rec in models.iter_layers(params, jax.device_put(tok[w:w + 1]),
+                                                      CONFIG)]

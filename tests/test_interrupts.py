@@ -137,7 +137,9 @@ CASES = {
     "distance_vary_n": ("distance", ["--mode=vary_n", "--lengths=64,128,256", "--ns=1,5,10",
                                      "--windows=3", "--text=TEXT", "--noplot"],
                         ["per_head.csv", "summary.csv"]),
-    "distance_critical_n": ("distance", ["--mode=critical_n", "--lengths=64,128,256",
+    # L = 512 added (eleventh session): with the faster scan the run took ~4 s of compute, and
+    # the 6 s start moment fell after its end on a lightly loaded machine.
+    "distance_critical_n": ("distance", ["--mode=critical_n", "--lengths=64,128,256,512",
                                          "--windows=1", "--text=TEXT", "--noplot"],
                             ["critical_n.csv"]),
     "separability_model": ("separability", ["--source=model", "--length=128", "--windows=12",

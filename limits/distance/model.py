@@ -80,6 +80,12 @@ class PrintedExpectations:
     return {k: sum(w[k] for w in per_window) / len(per_window) for k in per_window[0]}
 
 
+def _on_device(a):
+  """``a`` as a device array: a JAX array as it is, a host array placed explicitly (no
+  implicit transfer where the layer kernels run under ``jax.transfer_guard``)."""
+  return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
+
+
 class ModelEvaluator:
   """Streams a model (any family of ``limits.models``) layer by layer, reducing every head.
 
@@ -120,9 +126,9 @@ class ModelEvaluator:
     layers = (models.iter_layers(self.params, tok, self.config) if self.layer_source is None
               else self.layer_source(tok))
     for _, rec in layers:
-      x = record_vectors(rec, self.vectors, emb)
+      x = _on_device(record_vectors(rec, self.vectors, emb))
       window = int(getattr(rec, "window", None) or 0)
-      wts = jnp.asarray(rec.weights)
+      wts = _on_device(rec.weights)  # records read from the store are host arrays
       yield (wts.astype(dtype) if cast_weights else wts), jnp.asarray(x).astype(dtype), window
       del rec
 

@@ -22,7 +22,6 @@ import math
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from limits.distance import kernels
@@ -52,7 +51,7 @@ class ScanSamples:
   def __init__(self, evaluator, tokens, n_max: int, *, cache_bytes: int | None = None,
                pad_to: int = 8):
     self.ev = evaluator
-    self.tokens = jnp.asarray(tokens, jnp.int32)
+    self.tokens = np.asarray(tokens, np.int32)  # (W, L) host; one window placed per read
     W, L = self.tokens.shape
     if not 1 <= int(n_max) <= L - 1:
       raise LimitsError(f"scan N_max={n_max} must be in [1, L - 1 = {L - 1}]")
@@ -76,9 +75,9 @@ class ScanSamples:
 
   def _prepared(self, w: int):
     """[(weights (G, L, L), x (G, L, d), top, window)] of window w's layers, on the device."""
-    all_ns = jnp.arange(1, self.n_max + 1, dtype=jnp.int32)
+    all_ns = jax.device_put(np.arange(1, self.n_max + 1, dtype=np.int32))  # explicit
     out, tops = [], self._tops.get(w)
-    for i, (wts, x, win) in enumerate(self.ev._layers(self.tokens[w:w + 1], self.dtype,
+    for i, (wts, x, win) in enumerate(self.ev._layers(jax.device_put(self.tokens[w:w + 1]), self.dtype,
                                                        cast_weights=False)):
       wj, xj, _, _ = kernels._device_arrays(wts, x, self.dtype)
       top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
@@ -106,7 +105,7 @@ class ScanSamples:
     if not ns or min(ns) < 1 or max(ns) > self.n_max:
       raise LimitsError(f"scan Ns {ns} must lie in [1, {self.n_max}]")
     K = len(ns)
-    nsj = jnp.asarray(ns + [ns[-1]] * (-K % self.pad_to), jnp.int32)
+    nsj = jax.device_put(np.asarray(ns + [ns[-1]] * (-K % self.pad_to), np.int32))  # explicit
     per_window = []
     for layers in self._windows():
       outs = [kernels.layer_kernel(wj, xj, nsj, kmax=self.kmax, inclusion=self.ev.inclusion,

@@ -300,3 +300,27 @@ def test_vmap_over_rows():
   got = jax.vmap(lambda r: distance.cumulative_distance(r, jnp.asarray(x), 2))(jnp.asarray(a))
   want = [ref_row(r, x, 2, np.ones(10, bool))["d_sum"] for r in a]
   np.testing.assert_allclose(got, want, rtol=RTOL)
+
+
+def test_selection_terms_against_numpy_with_unselected_and_masked_keys():
+  """selection_terms on an arbitrary selected set (float64): s = Σ_sel α_i x_i, the summed and
+  the norm form of d̃ over the visible unselected keys, and ᾱ = Σ_sel α_i, each against numpy
+  (rel 1e-12; the summed form's Gram expansion at RTOL), with unselected and masked keys
+  present (a masked key's weight counts nowhere)."""
+  rng = np.random.default_rng(3)
+  L, d = 7, 3
+  alpha = rng.dirichlet(np.ones(L))
+  x = rng.normal(size=(L, d))
+  selected = np.array([1, 0, 1, 0, 0, 1, 0], bool)
+  mask = np.array([1, 1, 1, 1, 0, 1, 1], bool)
+  with jax.enable_x64(True):
+    d_sum, d_norm, s, abar = distance.selection_terms(
+        jnp.asarray(alpha), jnp.asarray(x), jnp.asarray(selected), jnp.asarray(mask))
+  sel, rest = selected & mask, mask & ~selected
+  s_ref = (alpha[sel, None] * x[sel]).sum(0)
+  np.testing.assert_allclose(np.asarray(s), s_ref, rtol=1e-12)
+  assert float(abar) == pytest.approx(alpha[sel].sum(), rel=1e-12)
+  assert float(d_sum) == pytest.approx(
+      np.linalg.norm(alpha[rest, None] * x[rest] - s_ref, axis=-1).sum(), rel=RTOL)
+  assert float(d_norm) == pytest.approx(
+      np.linalg.norm((alpha[rest, None] * x[rest]).sum(0) - s_ref), rel=1e-12)

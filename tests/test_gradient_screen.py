@@ -332,6 +332,7 @@ def test_run_temperature_summary_and_rows():
   assert (g["0.1"]["paper_stat"], g["0.1"]["paper_stat_head"]) == (11.5, 1)
   cex = summary["counterexample"]
   assert cex["norm"] == 2.0 and cex["exceeds_paper"] and not cex["exceeds_tight"]
+  assert "two tied visible logits (alpha = 1/2, 1/2)" in cex["row"]  # the row the report names
   assert [r["row"] for r in per_row] == [0, 1, 2]
   for j, r in enumerate(per_row):
     assert r["T"] == T and r["norm"] == pytest.approx(norms[j], rel=1e-10)
@@ -343,3 +344,44 @@ def test_run_temperature_summary_and_rows():
                                                                               False)
   assert math.isnan(per_row[0]["g_eps_0.1"])                  # row 0 is not an fd row
   assert (per_row[1]["g_eps_0.1"], per_row[2]["g_eps_0.1"]) == (3.0, 20.0)
+
+
+def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
+  """The closed-form check's ``ok`` is max|err| <= atol + rtol·scale, the scale being the
+  closed-form norm (here > 3, far from 1, so rtol·scale and rtol/scale differ by > 9×). Two
+  power-iteration steps (matfree path) leave a real error against the secular closed form;
+  the secular norm is checked against numpy's SVD of (diag α − ααᵀ)/T. ``ok`` is then
+  tested on both sides of each tolerance: rtol = 2·max_rel holds and max_rel/2 fails (atol 0),
+  atol = 2·max_abs and atol = max_abs exactly hold, max_abs/2 fails (rtol 0: the comparison is
+  ``<=``). Kills ``atol + rtol / cscale``. With no (layer, head) groups the g statistic the
+  paper reads is the sample mean."""
+  T = 0.05
+  rows = T * np.array([[1.0, -2.0, 0.5, 0.0, 0.7, -0.4]])  # (1, 6): l/T of order 1
+  mask = np.ones_like(rows, bool)
+  stats_in = {"n_exceed_lemma2": 0, "lemma2_finite": 1, "nonfinite": 0, "rows": 1,
+              "n_exceed_paper": 0, "n_exceed_tight": 0, "max_norm": 1.0, "newton": 0}
+
+  def run(atol, rtol):
+    tol = {"matfree": {"atol": atol, "rtol": rtol}, "violation_rtol": 1e-9}
+    with jax.enable_x64(True):
+      summary, per_row = gradient_rows.run_temperature(
+          T, rows, mask, np.arange(1), np.array([], int), [0.1], "softmax", {},
+          g_vals=np.array([[1.5]]), fd_idx=np.array([0]), all_stats=stats_in, dense=False,
+          dtype_tol=tol, power_iters=2)
+    return summary["closed_form"], per_row[0], summary
+
+  cf, row, summary = run(0.0, 1.0)
+  # No groups (synthetic rows): the paper's statistic is the plain mean of g over the sample.
+  assert summary["g"]["0.1"]["paper_stat"] == 1.5 == summary["g"]["0.1"]["mean"]
+  exact = _softmax_jacobian_norms(rows, mask, T)[0]
+  assert exact > 3                                           # the scale is far from 1
+  assert row["closed_norm"] == pytest.approx(exact, rel=1e-10)
+  assert cf["max_abs"] == pytest.approx(abs(row["norm"] - exact), rel=1e-6)
+  assert cf["max_rel"] == pytest.approx(cf["max_abs"] / exact, rel=1e-6)
+  assert 1e-6 < cf["max_rel"] < 0.5                          # two steps: a real error
+  assert cf["what"] == "O(L) secular closed-form norm" and cf["ok"]
+  assert run(0.0, 2 * cf["max_rel"])[0]["ok"]
+  assert not run(0.0, 0.5 * cf["max_rel"])[0]["ok"]
+  assert run(2 * cf["max_abs"], 0.0)[0]["ok"]
+  assert run(cf["max_abs"], 0.0)[0]["ok"]                    # exactly at the tolerance: ok
+  assert not run(0.5 * cf["max_abs"], 0.0)[0]["ok"]

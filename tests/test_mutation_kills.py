@@ -864,3 +864,344 @@ def test_fig2c_rejected_everywhere_is_not_testable_with_the_power_line():
   assert v.reason == ("the KS test rejected at every N searched (α = 0.01): 100 (no pass for "
                       "N ≤ 8)")
   assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = ")
+
+
+# Survivors of a fresh seeded sample of the claims group (eleventh session, seed 11, 60 of
+# 2,518): `python tools/mutation_run.py --groups claims --children 1 --sample 60 --seed 11`.
+
+def test_saturation_slopes_from_a_first_n_other_than_one():
+  """criteria.saturation's log-log slopes against the closed form when the grid starts at
+  N = 2 (every other test starts at N = 1, where log(knee/n0) = log(knee·n0)): y = N^0.5 up to
+  the knee 16, then N^0.1 · 16^0.4."""
+  from limits.claims.criteria import saturation
+  ns = [2, 4, 16, 64]
+  ys = [n ** 0.5 if n <= 16 else n ** 0.1 * 16 ** 0.4 for n in ns]
+  sat = saturation(ns, ys, 16)
+  assert sat["before"] == pytest.approx(0.5, rel=1e-12)
+  assert sat["after"] == pytest.approx(0.1, rel=1e-12)
+  assert sat["change_before"] == pytest.approx(math.sqrt(8) - 1, rel=1e-12)
+  assert (sat["first"], sat["last"]) == (2, 64)
+
+
+def test_distance_sample_line_joins_its_parts_with_commas():
+  """The sample line of a distance judge names heads, windows and rows, joined by ', '."""
+  s = {"heads": 12, "windows": 2, "rows": [{"L": 64, "N": 4, "violations_sum": 0,
+                                            "rows_checked": 1500}]}
+  v = C.judge_thm1_bound(s, {"AMBIG-1": "sum"})
+  assert v.status == HOLDS and v.measured == "0 violations in 1,500 rows", v
+  assert v.sample == "12 heads, 2 window(s) per L, 1,500 (head, query) rows", v.sample
+
+
+def test_fig2c_hides_the_pass_windows_of_a_scan_run_at_another_alpha():
+  """The pass windows a scan recorded belong to its own α: judged at AMBIG-9 = 0.01, an entry
+  scanned at α = 0.05 is read from its p-values (N_crit = 4 at both levels here) and its windows
+  are not shown; the same entry at α = 0.01 shows them."""
+  pvals = {str(n): (0.5 if 4 <= n <= 6 else 0.001) for n in range(1, 8)}
+
+  def summary(alpha):
+    entry = {"alpha": alpha, "evaluated": pvals, "windows": [[4, 6]]}
+    return {"critical_scan": {"100": {"printed": entry}}, "heads": 144}
+
+  r = {"AMBIG-9": "0.01"}
+  same = C.judge_fig2c(summary(0.01), r)
+  assert same.status == HOLDS and "(passes at N = 4–6)" in same.measured, same
+  other = C.judge_fig2c(summary(0.05), r)
+  assert other.status == HOLDS and other.measured.startswith("N_crit ≈ 0.04·L (L = 100: 4)"), other
+  assert "passes at" not in other.measured, other
+
+
+def test_fig2c_default_level_is_0_01():
+  """Without AMBIG-9 in the reading, fig2c judges at α = 0.01: a p-value of 0.02 at N = 3 then
+  passes (at 0.05 it would not), so N_crit = 3, c = 0.03, the band's lower edge."""
+  pvals = {"1": 0.001, "2": 0.001, "3": 0.02, "4": 0.5, "5": 0.5}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals}}}, "heads": 144}
+  v = C.judge_fig2c(s, {})
+  assert v.status == HOLDS and v.measured.startswith("N_crit ≈ 0.03·L (L = 100: 3"), v
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.05"}).measured.startswith("N_crit ≈ 0.04·L"), v
+
+
+def test_separability_sample_line_names_the_point_sets():
+  """fig3-band's sample line: heads, point sets per head and windows, joined by ', '."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  s = {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79, 0.785, 0.78], "heads": 12,
+       "samples": 50, "windows": 3}
+  v = C.judge_fig3_band(s, {})
+  assert v.status == HOLDS and v.sample == "12 heads, 50 point sets per head, 3 window(s)", v
+
+
+def test_upper_tracking_checks_every_head_after_one_below_the_floor():
+  """_tracks counts every head at an N: a first head at or below the bound's floor is skipped,
+  and the next one, 0.2 above its derived bound, is still a violation (`continue` -> `break`
+  would stop at the first); the vacuous text counts the one skipped case of the two (2 − 1)."""
+  s = {"per_head": [{"n": 4, "frac": 0.5, "lower": 0, "upper": 0.7, "upper_printed": 0.95},
+                    {"n": 4, "frac": 0.85, "lower": 0, "upper": 0.65, "upper_printed": 0.95}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == FAILS and v.measured.endswith("; 1 of 1 decidable (head, N) cases above "
+                                                   "the bound"), v
+  assert "above the bound: 1 of 2 (head, N) cases at N > 1 have N_s/N ≤ 0.607" in v.vacuous, v
+
+
+def test_fig3_decline_states_the_slope_ratio():
+  """fig3-decline's text ends with the ratio of the log-log slopes after/before N = 16, here
+  from closed forms: median N^−0.1 up to 16, then ∝ N^−0.02 (ratio 0.02/0.1 = 0.2)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  med = [n ** -0.1 if n <= 16 else 16 ** -0.08 * n ** -0.02 for n in ns]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": med})
+  assert v.status == HOLDS, v
+  ratio = float(v.measured.rsplit("slope ratio after/before ", 1)[1])
+  assert ratio == pytest.approx(0.2, rel=1e-3), v.measured
+
+
+def test_cor1_band_sample_line_is_empty_without_a_query_count():
+  """cor1-band: the sample line states the queries checked when recorded, and is empty (no
+  placeholder text) when they are not."""
+  from limits.claims.judges_vanishing import judge_cor1_band
+  assert judge_cor1_band({"band_violations": 0, "band_queries": 12345}, {}).sample == \
+      "12,345 queries"
+  v = judge_cor1_band({"band_violations": 2}, {})
+  assert v.status == FAILS and v.sample == "" and v.measured == "2 queries outside the band", v
+
+
+def test_sphere_band_is_fig3_band_on_the_sphere_data():
+  """judge_sphere_band applies fig3-band's test to the sphere summary: medians at N >= 16 in
+  [0.70, 0.85] hold, one at 0.9 fails (no test called this judge before)."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  inside = {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79, 0.785, 0.78]}
+  v = C.judge_sphere_band(inside, {})
+  assert v.status == HOLDS and v.measured == "median over heads 0.78–0.8 for N ≥ 16", v
+  above = {"n": ns, "median": [1.0, 0.95, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]}
+  assert C.judge_sphere_band(above, {}).status == FAILS
+
+
+# Survivors of a second fresh sample of the claims group, after the tests above (eleventh
+# session, seed 12, 100 of 2,518): `... --groups claims --sample 100 --seed 12`.
+
+def test_assessment_lists_every_reading_it_could_not_compute():
+  """assess: when no admissible reading flips the verdict and two cannot be computed, the label
+  lists both reasons, sorted and joined by '; '."""
+  def judge(s, r):
+    return {"a1": Verdict(HOLDS), "a2": Verdict(NOT_TESTABLE, reason="no x"),
+            "a3": Verdict(NOT_TESTABLE, reason="no y")}[r["AMBIG-A"]]
+  claim = Claim(id="t3", kind="theorem", where="here", words="w", setting="s", step="step",
+                criterion="c", judge=judge,
+                readings=(Reading("AMBIG-A", (("a1", "one"), ("a2", "two"), ("a3", "three"))),))
+  res = assessment.assess(claim, {})
+  assert res.verdict == HOLDS
+  assert res.label == ("same under every computable admissible reading (1 of 3; not computable: "
+                       "no x; no y)"), res.label
+
+
+@pytest.mark.parametrize("change, moved", [(0.1, True), (0.1 * (1 - 2e-12), False)])
+def test_saturates_needs_a_tenth_with_a_1e12_slack(change, moved):
+  """criteria.saturates: the first move must be >= 10 % (relative slack 1e-12 below): exactly
+  0.1 counts, 2e-12 below does not (`min_change / (1 - 1e-12)` rejects exactly 0.1)."""
+  from limits.claims.criteria import saturates
+  assert saturates({"change_before": change, "before": 1.0, "after": 0.1}, +1) is moved
+
+
+def test_saturation_needs_a_positive_value_at_the_knee():
+  """criteria.saturation: a value <= 0 at the knee (first and last positive) is Missing with
+  its one line, not a math domain error of log(0)."""
+  from limits.claims.core import Missing
+  from limits.claims.criteria import saturation
+  with pytest.raises(Missing, match="positive values at the first N, the knee and the last N"):
+    saturation([1, 16, 64], [1.0, 0.0, 2.0], 16)
+
+
+def _distance_rows(d_by_n, L=1024.0):
+  return [{"L": L, "N": n, "d_sum_mean": d, "d_norm_mean": d, "dmax_sum_mean": 2 * d,
+           "dmax_norm_mean": 2 * d, "expected_printed_output_mean": e,
+           "expected_mean": e, "rows_checked": 10} for n, (d, e) in d_by_n.items()]
+
+
+def test_fig2b_converge_text_names_the_first_and_last_n_and_the_sample():
+  """_converge's text: the gap at the first N (1) and the last N (100); the sample line of
+  the converge and plateau judges names the heads."""
+  rows = _distance_rows({1: (1.0, 0.5), 20: (4.4, 4.0), 100: (5.1, 5.0)})
+  s = {"rows": rows, "heads": 12}
+  v = C.judge_fig2b_converge_printed(s, {})
+  assert v.status == HOLDS, v
+  assert v.measured == "relative gap 0.5 at N = 1, 0.01961 at N = 100", v.measured
+  assert v.sample == "12 heads", v.sample
+  p = C.judge_fig2b_plateau(s, {})
+  assert p.status == HOLDS and p.sample == "12 heads", p
+
+
+def test_fig2a_true_states_its_sample():
+  """_linear_verdict (fig2a-true) keeps the sample line."""
+  rows = [{"L": L, "N": 5, "d_sum_mean": 0.01 * L} for L in (64, 128, 256)]
+  v = C.judge_fig2a_true({"rows": rows, "heads": 9}, {})
+  assert v.status == HOLDS and v.sample == "9 heads", v
+  assert v.measured == "log-log exponent 1, straight-line R² 1", v
+
+
+def test_fig2b_tightens_with_a_zero_distance_at_the_knee():
+  """fig2b-tightens: d̃ = 0 at N = 20 gives the ratio inf there (not a ZeroDivisionError), and a
+  finite ratio at the largest N is below it: tightens."""
+  rows = [{"L": 64, "N": 20, "d_sum_mean": 0.0, "dmax_sum_mean": 2.0},
+          {"L": 64, "N": 40, "d_sum_mean": 1.0, "dmax_sum_mean": 1.5}]
+  v = C.judge_fig2b_tightens({"rows": rows}, {})
+  assert v.status == HOLDS and v.measured == "d_max/d̃ N = 20: inf, N = 40: 1.5", v
+
+
+def test_fig2c_states_the_default_scan_range():
+  """fig2c's text names the scan range "scan N = 1…⌈L/4⌉" when every L used the default N_max."""
+  pvals = {str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 26)}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals, "n_max": 25}}}, "heads": 144}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == HOLDS and v.measured == "N_crit ≈ 0.04·L (L = 100: 4); scan N = 1…⌈L/4⌉", v
+
+
+def test_fig4_collapse_with_exactly_two_temperatures_and_its_texts():
+  """fig4-collapse needs 2 temperatures >= 1 (exactly 2 suffice: T = 1 and 100); its text ends
+  with " decades"; a grid that stops below 100·T0 is Missing with the temperature it lacks."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_gradient import judge_fig4_collapse
+  s = {"T": [0.1, 1.0, 100.0], "g": {"0.1": [50.0, 10.0, 0.1], "1": [40.0, 12.0, 0.12]}}
+  v = judge_fig4_collapse(s, {})
+  assert v.status == HOLDS and v.measured.endswith(" decades"), v
+  assert v.measured.startswith("spread 0.07918 decades; drop ε = "), v.measured
+  with pytest.raises(Missing, match=r"^a temperature up to 100 in its grid \(two decades above "
+                                    r"1\)$"):
+    judge_fig4_collapse({"T": [1.0, 10.0], "g": {"1": [1.0, 0.1]}}, {})
+
+
+def test_lemma2_states_the_pairs_checked():
+  from limits.claims.judges_gradient import judge_lemma2
+  v = judge_lemma2({"lemma2_exceed": 0, "lemma2_rows": 1234}, {})
+  assert v.status == HOLDS and v.sample == "1,234 (row, T) pairs", v
+  assert judge_lemma2({"lemma2_exceed": 1}, {}).sample == ""
+
+
+def test_fig3_decline_states_the_last_median():
+  """fig3-decline's text names the median at the largest N (0.78 at N = 128), not the one
+  before it."""
+  ns = [1, 2, 4, 8, 16, 32, 64, 128]
+  v = _judge_verdict("fig3-decline", {"n": ns, "median": [1.0, 0.95, 0.9, 0.85, 0.8, 0.79,
+                                                          0.785, 0.78]})
+  assert "0.8 at 16, 0.78 at N = 128; slope ratio" in v.measured, v
+
+
+def test_sphere_cap_interval_is_the_worst_heads_own():
+  """sphere-cap's interval uses the standard error of the head whose N_s/N is the worst one
+  (0.8, stderr 0.01: ± 0.0196), not another head's (0.5, stderr 0.1); a per-head row without
+  "frac" is skipped, not a TypeError."""
+  s = {"n": [1, 16, 32], "max": [1.0, 0.8, 0.7],
+       "per_head": [{"n": 16, "stderr": 0.05},
+                    {"n": 16, "frac": 0.5, "stderr": 0.1},
+                    {"n": 16, "frac": 0.8, "stderr": 0.01}]}
+  v = C.judge_sphere_cap(s, {})
+  assert v.status == HOLDS
+  assert v.measured == ("largest head mean N_s/N for N ≥ 16: 0.8 (95 % CI ± 0.0196 from the "
+                        "Monte Carlo standard error)"), v.measured
+
+
+def test_thm2_lower_counts_a_bound_of_exactly_zero_as_clipped():
+  """thm2-lower: a lower bound of exactly 0 is clipped (vacuous) like a negative one: 1 of 2."""
+  s = {"per_head": [{"n": 4, "frac": 0.8, "lower": 0.0, "upper": 1, "upper_printed": 1},
+                    {"n": 8, "frac": 0.8, "lower": 0.5, "upper": 1, "upper_printed": 1}]}
+  v = C.judge_thm2_lower(s, {})
+  assert v.status == HOLDS
+  assert v.measured == "0 of 2 (head, N) cases below the bound; 50 % of bounds clipped to 0", v
+
+
+def test_lemma1_bounded_without_a_checked_count_and_its_missing_line():
+  """lemma1-bounded: an F without a "checked" count still gives its verdict (no sample line),
+  and with no F recorded the Missing line names the key pattern lemma1.<F>.violations."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_vanishing import judge_lemma1_bounded
+  v = judge_lemma1_bounded({"lemma1": {"softmax": {"violations": 0, "C2": 2.0}}}, {})
+  assert v.status == HOLDS and v.sample == "" and v.measured == "softmax: C2 = 2, 0 violations"
+  with pytest.raises(Missing, match=r"^lemma1\.<F>\.violations$"):
+    judge_lemma1_bounded({"lemma1": {"softmax": {"C2": 2.0}}}, {})
+
+
+# Survivors of a second fresh sample of the rows group (eleventh session, seed 12, 40 of 1,628).
+
+def test_distance_top_n_size_that_is_not_an_integer_names_the_value():
+  """cumulative_distance with n = "abc": one line naming the value and what is allowed."""
+  from limits import distance
+  a, x = jnp.full((4,), 0.25), jnp.eye(4)
+  with pytest.raises(LimitsError, match=r"^top-N size n='abc' must be a positive integer$"):
+    distance.cumulative_distance(a, x, "abc")
+
+
+def test_plain_softmax_is_only_the_registry_softmax_without_parameters():
+  """gradient.rows._plain_softmax: the registry's softmax is; a function that is merely named
+  softmax and has no ``params`` is not (False, not an AttributeError)."""
+  from limits import normalizers
+  from limits.gradient.rows import _plain_softmax
+
+  def softmax(z):  # noqa: ARG001
+    return z
+
+  assert _plain_softmax(normalizers.get("softmax"))
+  assert not _plain_softmax(softmax)
+
+
+def test_softmax_inf_against_numpy_with_masked_entries_and_an_empty_row():
+  """gradient.rows._softmax_inf: softmax over the visible (finite) entries against numpy
+  (float64, rel 1e-14), 0 on the −inf entries, and an all −inf row gives zeros."""
+  from limits.gradient.rows import _softmax_inf
+  z = np.array([[0.5, -1.0, 2.0, -np.inf], [-np.inf] * 4])
+  with jax.enable_x64(True):
+    got = np.asarray(_softmax_inf(jnp.asarray(z)))
+  e = np.exp(z[0, :3] - 2.0)
+  np.testing.assert_allclose(got[0, :3], e / e.sum(), rtol=1e-14)
+  assert got[0, 3] == 0.0 and (got[1] == 0.0).all()
+
+
+def test_counterexample_exceeds_only_strictly_and_reports_its_error():
+  """gradient.rows.counterexample: with violation rtol 0 the tied-top-two norm 1/(2T) equals the
+  tight bound and does not exceed it (`>`), while it exceeds the printed 1/(4T); the numeric
+  check reports a relative error within its 1e3 ulps."""
+  from limits.gradient.rows import counterexample
+  T = 0.25
+  with jax.enable_x64(True):
+    c = counterexample(T, 1 / (4 * T), 1 / (2 * T), 0.0, np.float64)
+  assert c["norm"] == 2.0 and c["exceeds_paper"] and not c["exceeds_tight"]
+  assert 0 <= c["numeric_check"]["rel_err"] <= 1e3 * np.finfo(np.float64).eps
+  assert c["numeric_check"]["ok"]
+
+
+def test_row_range_and_count_keep_the_rows_dtype():
+  """gradient.rows.row_range_and_count: r and n in the rows' dtype (float32 rows: no float64
+  copy of a 1.1M-row count), with the visible range and count per row."""
+  from limits.gradient.rows import row_range_and_count
+  rows = np.array([[0.0, 3.0, -1.0], [2.0, 5.0, 9.0]], np.float32)
+  mask = np.array([[True, True, False], [False, False, False]])
+  with np.errstate(over="ignore"):  # the empty row's span is −big − big before it is set to 0
+    r, n = row_range_and_count(rows, mask)
+  assert r.dtype == n.dtype == np.float32
+  assert r[:, 0].tolist() == [3.0, 0.0] and n[:, 0].tolist() == [2.0, 1.0]
+
+
+def test_min_pairwise_distance_float32_duplicates_by_float32_rounding():
+  """separability.rows: the duplicate threshold is 16 eps of the points' own dtype. Two float32
+  points 1e-3 apart at norm 1 have a Gram-identity d² of 1e-6 ± float32 rounding (~2e-7),
+  below 16·eps32·2 = 3.8e-6: duplicates, and δ is the next pair's distance (√2). With eps of
+  float64 (`jnp.finfo(None)` with x64 on, where the default float is not the points' dtype)
+  they would count as a pair 1e-3 apart."""
+  from limits.separability.rows import min_pairwise_distance
+  pts = [[1.0, 0.0], [1.0 + 1e-3, 0.0], [0.0, 1.0]]
+  for x64 in (False, True):
+    with jax.enable_x64(x64):
+      x = jnp.array(pts, jnp.float32)
+      assert float(min_pairwise_distance(x)) == pytest.approx(math.sqrt(2), rel=1e-3), x64
+
+
+def test_row_norms_secular_forms_no_jacobian(monkeypatch):
+  """gradient.rows.row_norms(how="secular") is the O(L) closed form: it never builds the L×L
+  Jacobian (``jacobian`` patched to fail) and equals numpy's SVD norm (float64, rel 1e-12)."""
+  from limits.gradient import rows as gradient_rows
+
+  def no_jacobian(*args, **kwargs):
+    raise AssertionError("the secular path built an L x L Jacobian")
+
+  monkeypatch.setattr(gradient_rows, "jacobian", no_jacobian)
+  T, logits = 0.5, np.array([[0.3, -0.2, 1.0, 0.0]])
+  with jax.enable_x64(True):
+    got = float(gradient_rows.row_norms("softmax", {}, jnp.asarray(logits), T, how="secular")[0])
+  a = np.exp(logits[0] / T - (logits[0] / T).max())
+  a /= a.sum()
+  assert got == pytest.approx(np.linalg.norm((np.diag(a) - np.outer(a, a)) / T, 2), rel=1e-12)

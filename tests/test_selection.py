@@ -287,9 +287,8 @@ def test_device_top_k_rechecks_each_row_at_k_equal_to_max_n_plus_one(ns, rows):
 def test_device_top_k_float64_fallback_keeps_ties_in_index_order():
   """The float64 fallback of top_k_rows on long rows (C = 64) full of exact float64 ties, each
   row made inexact in float32 by one key (0.05 + 1e-12) so that the float32 tie at the N-th
-  place sends the block to the float64 sort, which must select the lower indices first (an
-  unstable `lax.sort` reorders equal keys at this length when called alone, though inside
-  top_k_rows XLA's CPU backend was seen to keep the order: docs/mutation_survivors.md);
+  place sends the block to the float64 sort, which must select the lower indices first
+  (`lax.sort(..., is_stable=False)` reorders equal keys at this length on XLA CPU: red);
   the ranks are int32 with x64 on (ranks_from_top's `jnp.full(..., jnp.int32)` without the
   dtype is int64)."""
   import jax.numpy as jnp
@@ -308,3 +307,43 @@ def test_device_top_k_float64_fallback_keeps_ties_in_index_order():
                                       err_msg=f"n={n} row={q}")
     idx = selection.top_k_rows(jnp.asarray(w), jnp.asarray(vis), 10, jnp.asarray(ns))
     assert selection.ranks_from_top(idx, C).dtype == jnp.int32
+
+
+def test_device_top_k_runs_the_float64_fallback_only_where_its_docstring_says(monkeypatch):
+  """top_k_rows recomputes a float64 block by a full sort only where a float32 tie straddles
+  the N-th place of a row that is not exact in float32 and has more than N visible keys (its
+  docstring: "the rare path costs nothing otherwise"). The fallback's runs are counted by a
+  ``jax.debug.callback`` in ``lax.sort`` (only the fallback sorts; a ``lax.cond`` branch runs
+  its callback only when taken). No fallback for (a) a float32-exact row with a tie at N,
+  (b) an inexact row with a float32 gap at N, (c) an inexact row with <= N visible keys, (d)
+  N = C; one for (e) an inexact float32 tie at N; the indices always equal a Python sort.
+  Kills the mutants that only make the check fail more often (or never), which no
+  selection result can show."""
+  import jax.numpy as jnp
+  from jax import lax
+
+  runs = []
+  real_sort = lax.sort
+
+  def counting_sort(*args, **kwargs):
+    jax.debug.callback(lambda: runs.append(1))
+    return real_sort(*args, **kwargs)
+
+  monkeypatch.setattr(lax, "sort", counting_sort)
+  t = 1e-12  # below float32's resolution at 0.1–0.4: makes a row inexact in float32
+  cases = {  # name: (weights, visible, k, N, fallback runs)
+      "a exact row, tie at N": ([0.5, 0.25, 0.25, 0.0], [1, 1, 1, 1], 3, 2, 0),
+      "b inexact, gap at N": ([0.1 + t, 0.4, 0.2, 0.05], [1, 1, 1, 1], 3, 2, 0),
+      "c inexact, <= N visible": ([0.2 + t, 0.2, 0.3, 0.1], [1, 1, 0, 0], 4, 3, 0),
+      "d inexact, N = C": ([0.2 + t, 0.2, 0.3, 0.2], [1, 1, 1, 1], 4, 4, 0),
+      "e inexact tie at N": ([0.3, 0.2, 0.2 + t, 0.1], [1, 1, 1, 1], 3, 2, 1),
+  }
+  with jax.enable_x64(True):
+    for name, (w, vis, k, n, want) in cases.items():
+      w, vis = np.array([w]), np.array([vis], bool)
+      runs.clear()
+      idx = selection.top_k_rows(jnp.asarray(w), jnp.asarray(vis), k, jnp.asarray([n]))
+      jax.effects_barrier()
+      assert len(runs) == want, name
+      order = sorted((i for i in range(w.shape[1]) if vis[0, i]), key=lambda i: (-w[0, i], i))
+      assert np.asarray(idx)[0, :min(n, len(order))].tolist() == order[:n], name

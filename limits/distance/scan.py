@@ -77,8 +77,8 @@ class ScanSamples:
     """[(weights (G, L, L), x (G, L, d), top, window)] of window w's layers, on the device."""
     all_ns = jax.device_put(np.arange(1, self.n_max + 1, dtype=np.int32))  # explicit
     out, tops = [], self._tops.get(w)
-    for i, (wts, x, win) in enumerate(self.ev._layers(jax.device_put(self.tokens[w:w + 1]), self.dtype,
-                                                       cast_weights=False)):
+    tok = jax.device_put(self.tokens[w:w + 1])  # (1, L)
+    for i, (wts, x, win) in enumerate(self.ev._layers(tok, self.dtype, cast_weights=False)):
       wj, xj, _, _ = kernels._device_arrays(wts, x, self.dtype)
       top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
                                                    blocks=self.blocks, window=win)

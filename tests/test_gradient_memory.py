@@ -149,8 +149,8 @@ def test_peak_memory_does_not_grow_with_the_rows(model, tmp_path):
   index arrays, int32 window/layer/head/query, are 16 B, the per-row stats a few float64).
   An (R, L) bool mask adds 1 byte per logit (2× the allowance), the float32 rows 4, a
   float64 copy 8. The other side: the same measurement with the rows kept in memory
-  (``RowBlocks``' keep mode, what the old path did) grows by at least the ΔR·L float32 rows
-  kept. Measured in a fresh interpreter, so what earlier tests left in this one (caches,
+  (``RowBlocks``' keep mode, what the old path did) grows by at least half of the ΔR·L
+  float32 rows kept. Measured in a fresh interpreter, so what earlier tests left in this one (caches,
   compilations) is not measured.
 
   Changed after a result was seen (eleventh session): the first version measured the whole
@@ -164,7 +164,9 @@ def test_peak_memory_does_not_grow_with_the_rows(model, tmp_path):
   grow = streamed[4] - streamed[1]
   assert grow < dR * length // 2, f"peak grew by {grow} B from 1 to 4 windows: {streamed}"
   kept = _peaks_in_a_fresh_process(tmp_path, length, 1 << 40)
-  assert kept[4] - kept[1] >= dR * length * 4, f"kept rows not seen: {kept}"
+  # kept: the 3·R₁·L extra float32 rows are 4·ΔR·L bytes (measured +12.9 MB of 12.6); half of
+  # that is still 4× the streamed allowance, and leaves room for what else is live at a peak
+  assert kept[4] - kept[1] >= dR * length * 2, f"kept rows not seen: {kept}"
 
 
 def test_blocks_give_the_numbers_of_one_array(model, tmp_path, monkeypatch):

@@ -1205,3 +1205,51 @@ def test_row_norms_secular_forms_no_jacobian(monkeypatch):
   a = np.exp(logits[0] / T - (logits[0] / T).max())
   a /= a.sum()
   assert got == pytest.approx(np.linalg.norm((np.diag(a) - np.outer(a, a)) / T, 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("stderr,status", [("nan", FAILS), ("inf", FAILS), (0.02, HOLDS),
+                                           (0.01, FAILS)])
+def test_thm2_lower_reads_a_non_finite_stderr_as_no_margin(stderr, status):
+  """thm2-lower (claims seed-13 survivor, ``else 0.0`` → ``else 1.0``): a head whose Monte Carlo
+  standard error is not finite gets no margin (0.45 < 0.5: below its bound), not a margin of
+  3 × 1; a finite one gets its 3 standard errors, on both sides of the edge (0.45 vs
+  0.5 − 3·0.02 = 0.44: holds; 0.5 − 3·0.01 = 0.47: fails)."""
+  s = {"per_head": [{"n": 4, "frac": 0.45, "lower": 0.5, "stderr": stderr}]}
+  assert C.judge_thm2_lower(s, {}).status == status
+
+
+def test_fig4_collapse_drop_ends_at_two_decades_not_at_the_grid_end():
+  """fig4-collapse (claims seed-13 survivor, the end's ``key=lambda …`` → ``key=None``): the drop
+  is measured from the first T ≥ 1 to 100 times it, not to the grid's last T. Here the curves
+  fall exactly 2 decades to T = 100 (holds) and 4 decades to T = 10⁴, which is outside
+  2 ± 0.5 (the grid's last T would fail it)."""
+  from limits.claims.judges_gradient import judge_fig4_collapse
+  s = {"T": [1.0, 10.0, 100.0, 1e4],
+       "g": {"0.1": [10.0, 1.0, 0.1, 1e-3], "1": [10.0, 1.0, 0.1, 1e-3]}}
+  v = judge_fig4_collapse(s, {})
+  assert v.status == HOLDS, v
+  assert v.measured == "spread 0 decades; drop ε = 0.1: 2, ε = 1: 2 decades", v.measured
+
+
+def test_fig2a_expected_printed_fits_only_the_rows_at_n_5():
+  """fig2a-expected, printed E (claims seed-13 survivor, ``N=n`` dropped from its series): the
+  fit takes the rows at N = 5 only. Here E grows linearly at N = 5 and is flat at N = 20; with
+  both N in the series the L values repeat and the fit is not the N = 5 curve's."""
+  rows = ([{"L": L, "N": 5, "expected_printed_output_mean": 0.01 * L} for L in (64, 128, 256)]
+          + [{"L": L, "N": 20, "expected_printed_output_mean": 3.0} for L in (64, 128, 256)])
+  v = C.judge_fig2a_expected_printed({"rows": rows, "heads": 9}, {})
+  assert v.status == HOLDS, v
+  assert v.measured == "log-log exponent 1, straight-line R² 1", v.measured
+
+
+def test_tracks_counts_the_floor_cases_at_n_above_1_only():
+  """fig3-upper, derived bound (claims seed-13 survivor, ``n != 1.0`` → ``n != 2.0`` in the
+  count of cases at N > 1): of the two N = 2 cases one is at or below the bound's floor
+  e^(−1/2) (cannot fail), so the note says 1 of 2; the N = 1 case is not counted."""
+  s = {"per_head": [{"n": 1, "frac": 1.0, "upper": 1.0},
+                    {"n": 2, "frac": 0.5, "upper": 0.9},
+                    {"n": 2, "frac": 0.85, "upper": 0.9}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == HOLDS, v
+  assert ("above the bound: 1 of 2 (head, N) cases at N > 1 have N_s/N ≤ 0.607, the bound's "
+          "floor at M = 1 (cannot fail)") in v.vacuous, v.vacuous

@@ -1253,3 +1253,20 @@ def test_tracks_counts_the_floor_cases_at_n_above_1_only():
   assert v.status == HOLDS, v
   assert ("above the bound: 1 of 2 (head, N) cases at N > 1 have N_s/N ≤ 0.607, the bound's "
           "floor at M = 1 (cannot fail)") in v.vacuous, v.vacuous
+
+
+def test_missing_lines_name_what_is_missing():
+  """The Missing lines a report prints for a step without the data (claims seed-13 survivors:
+  the texts replaced or upper-cased): fig2b-tightens without N = 20, attention-sinks with an
+  empty per-L list, fig4-inverse-T with one temperature below 0.1."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_distance import judge_fig2b_tightens
+  from limits.claims.judges_gradient import judge_fig4_inverse_t
+  from limits.claims.judges_vanishing import judge_attention_sinks
+  rows = [{"L": 64, "N": n, "d_sum_mean": 1.0, "dmax_sum_mean": 2.0} for n in (1, 5, 10)]
+  with pytest.raises(Missing, match=r"^N = 20 and a larger N$"):
+    judge_fig2b_tightens({"rows": rows}, {})
+  with pytest.raises(Missing, match=r"^sinks\.by_L$"):
+    judge_attention_sinks({"sinks": {"by_L": []}}, {})
+  with pytest.raises(Missing, match=r"^2 temperatures below T = 0\.1$"):
+    judge_fig4_inverse_t({"T": [0.05, 1.0], "g": {"0.1": [1.0, 0.1]}}, {})

@@ -1270,3 +1270,28 @@ def test_missing_lines_name_what_is_missing():
     judge_attention_sinks({"sinks": {"by_L": []}}, {})
   with pytest.raises(Missing, match=r"^2 temperatures below T = 0\.1$"):
     judge_fig4_inverse_t({"T": [0.05, 1.0], "g": {"0.1": [1.0, 0.1]}}, {})
+
+
+def test_fig2c_sample_lines_and_the_above_band_text():
+  """fig2c (claims seed-13 survivors: the sample line dropped in the not-testable and the
+  above-the-band returns, "passes: " upper-cased, the searched N's default): with 4 heads the
+  KS test cannot reach α = 0.01 and the verdict says so, with its power line; with 144 heads an
+  L with no pass up to N_max = 8 ≥ 0.12·32 is above the band, and the L that passes is listed
+  after "passes: "; an L whose scan evaluated nothing is "no pass for N ≤ 0"."""
+  low = {"critical_scan": {"64": {"printed": {"evaluated": {"1": 0.5}, "n_max": 16}}},
+         "heads": 4}
+  v = C.judge_fig2c(low, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE, v
+  assert v.sample.startswith("KS on 4 per-head means per sample; smallest attainable p = "), v
+  never = {str(n): 0.001 for n in range(1, 9)}
+  passes = {str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 26)}
+  s = {"critical_scan": {"32": {"printed": {"evaluated": never, "n_max": 8}},
+                         "100": {"printed": {"evaluated": passes, "n_max": 25}}}, "heads": 144}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == FAILS, v
+  assert v.measured == ("above the band at L = 32 (no pass for N ≤ 8): N_crit/L > 0.12; "
+                        "passes: L = 100: 4; scan N = 1…⌈L/4⌉"), v.measured
+  assert v.sample.startswith("KS on 144 per-head means per sample; smallest attainable p = "), v
+  empty = {"critical_scan": {"64": {"printed": {"evaluated": {}, "n_max": 16}}}, "heads": 144}
+  v = C.judge_fig2c(empty, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE and v.reason.endswith(": 64 (no pass for N ≤ 0)"), v

@@ -1295,3 +1295,19 @@ def test_fig2c_sample_lines_and_the_above_band_text():
   empty = {"critical_scan": {"64": {"printed": {"evaluated": {}, "n_max": 16}}}, "heads": 144}
   v = C.judge_fig2c(empty, {"AMBIG-9": "0.01"})
   assert v.status == NOT_TESTABLE and v.reason.endswith(": 64 (no pass for N ≤ 0)"), v
+
+
+def test_cor3_lemma2_and_plateau_texts():
+  """Texts of three judges (claims seed-13 survivors): cor3-printed's sample line names the
+  (row, T) pairs checked; lemma2's not-testable reason ends "it constrains nothing there";
+  fig2b-plateau's change from N = 20 to the largest N is in per cent (1.0 → 1.1: +10 %)."""
+  v = judge_cor3_printed({"T": [1.0], "counterexample_norm": [0.1], "data_pairs": 1234}, {})
+  assert v.status == HOLDS and v.sample == "1,234 (row, T) pairs", v
+  from limits.claims.judges_gradient import judge_lemma2
+  v = judge_lemma2({"lemma2_exceed": 0, "lemma2_pairs": 10, "lemma2_finite": 2}, {})
+  assert v.status == NOT_TESTABLE
+  assert v.reason == ("the bound overflows to infinity on 8 of 10 (row, T) pairs: it "
+                      "constrains nothing there"), v.reason
+  rows = [{"L": 64, "N": n, "d_sum_mean": y} for n, y in ((1, 0.1), (20, 1.0), (100, 1.1))]
+  v = C.judge_fig2b_plateau({"rows": rows}, {})
+  assert " then +10 % to N = 100; " in v.measured, v.measured

@@ -1334,3 +1334,20 @@ def test_lemma1_model_kind_slopes_and_tracks_texts():
   assert v.measured == ("bound − max N_s/N up to 0.15 (> 0.10 at N = 8); 0 of 3 decidable "
                         "(head, N) cases above the bound"), v.measured
   assert v.vacuous.startswith("0.10 above the maximum at N = 2, 4: maximum N_s/N ≥ 0.90"), v
+
+
+def test_fig4_collapse_scaled_labels_and_sphere_cap_row_without_n():
+  """Two more claims seed-13 survivors: fig4-collapse's drop text under the scaled-logit
+  reading (AMBIG-12) labels each ε in that reading's units (raw ε / √d_head) — the text must
+  read d_head from the step, not from nothing; sphere-cap skips a per-head row without "n"
+  (it is no N ≥ 16 row) instead of raising."""
+  from limits.claims.judges_gradient import judge_fig4_collapse
+  s = {"T": [2.0, 200.0], "d_head": 4, "g": {"0.1": [10.0, 0.1], "1": [10.0, 0.1]}}
+  v = judge_fig4_collapse(s, {"AMBIG-12": "scaled"})
+  assert v.status == HOLDS, v
+  assert v.measured == ("spread 0 decades; drop ε = 0.05 (raw 0.1): 2, ε = 0.5 (raw 1): 2 "
+                        "decades"), v.measured
+  cap = {"n": [16], "max": [0.8], "per_head": [{"frac": 0.8, "stderr": 0.01},
+                                               {"n": 16, "frac": 0.8, "stderr": 0.02}]}
+  v = C.judge_sphere_cap(cap, {})
+  assert v.status == HOLDS and "± 0.0392 from" in v.measured, v.measured

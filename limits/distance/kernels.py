@@ -368,16 +368,19 @@ def _prepare(weights, x, ns, dtype):
   return w, x, ns
 
 
+def on_device(a):
+  """``a`` as a device array: a JAX array as it is, a host array placed explicitly (no
+  implicit transfer where the layer kernels run under ``jax.transfer_guard``)."""
+  return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
+
+
 def _device_arrays(weights, x, dtype):
   """(weights (B·H, L, L), x (B·H, L, d), (B, H, L), compute dtype) as device arrays: JAX
   arrays (e.g. a layer's records) stay on the device, NumPy arrays are placed explicitly.
   x is cast to the compute dtype (``dtype``, default the weights'); float32 (or narrower)
   weights stay float32 (exact: the kernel selects on them and casts after), wider ones are
   cast to the compute dtype."""
-  if not isinstance(weights, jax.Array):
-    weights = jax.device_put(np.asarray(weights))
-  if not isinstance(x, jax.Array):
-    x = jax.device_put(np.asarray(x))
+  weights, x = on_device(weights), on_device(x)
   compute = jnp.dtype(dtype or weights.dtype)
   narrow = jnp.issubdtype(weights.dtype, jnp.floating) and weights.dtype.itemsize <= 4
   w = weights.astype(jnp.float32 if narrow and compute.itemsize > 4 else compute)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.distance.kernels import layer_stats, layer_stats_printed
+from limits.distance.kernels import layer_stats, layer_stats_printed, on_device
 from limits.selection import sort_rows
 from limits.distance.heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance.rows import check_form, check_inclusion
@@ -80,12 +80,6 @@ class PrintedExpectations:
     return {k: sum(w[k] for w in per_window) / len(per_window) for k in per_window[0]}
 
 
-def _on_device(a):
-  """``a`` as a device array: a JAX array as it is, a host array placed explicitly (no
-  implicit transfer where the layer kernels run under ``jax.transfer_guard``)."""
-  return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
-
-
 class ModelEvaluator:
   """Streams a model (any family of ``limits.models``) layer by layer, reducing every head.
 
@@ -126,10 +120,10 @@ class ModelEvaluator:
     layers = (models.iter_layers(self.params, tok, self.config) if self.layer_source is None
               else self.layer_source(tok))
     for _, rec in layers:
-      x = _on_device(record_vectors(rec, self.vectors, emb))
+      x = on_device(record_vectors(rec, self.vectors, emb))
       window = int(getattr(rec, "window", None) or 0)
-      wts = _on_device(rec.weights)  # records read from the store are host arrays
-      yield (wts.astype(dtype) if cast_weights else wts), jnp.asarray(x).astype(dtype), window
+      wts = on_device(rec.weights)  # records read from the store are host arrays
+      yield (wts.astype(dtype) if cast_weights else wts), x.astype(dtype), window
       del rec
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,

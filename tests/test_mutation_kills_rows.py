@@ -1,0 +1,52 @@
+"""Assertions that kill survivors of seeded mutation samples of the rows group (issue 30, item 6;
+``python tools/mutation_run.py --groups rows ...``, docs/mutation_survivors.md "## rows"):
+limits/separability/rows.py, limits/distance/rows.py, limits/gradient/rows.py. Each test names
+the mutant it kills, takes its expected values from an independent reference (closed form,
+numpy, the tolerance tables the checks are specified by) and was seen red with the mutation
+applied by hand and green without it. Small shapes: each test runs in well under 2 s.
+"""
+
+import jax
+import numpy as np
+
+from limits import jacobians
+from limits.gradient import rows as gradient_rows
+
+# ---------------------------------------------------------------------------------------------
+# Left over from the eleventh session's second sample (seed 12).
+
+
+def _one_temperature(rows, dtype):
+  """run_temperature at T = 0.5 on the given rows, dense, one check row, under x64."""
+  T = 0.5
+  mask = np.ones(rows.shape, bool)
+  stats_in = {"n_exceed_lemma2": 0, "lemma2_finite": 1, "nonfinite": 0, "rows": 1,
+              "n_exceed_paper": 0, "n_exceed_tight": 0, "max_norm": 1.0, "newton": 0}
+  tol = {"exact": {"atol": 1e-5, "rtol": 1e-4}, "violation_rtol": 1e-6}
+  with jax.enable_x64(True):
+    summary, _ = gradient_rows.run_temperature(
+        T, rows, mask, np.arange(1), np.array([0]), [0.1], "softmax", {},
+        g_vals=np.array([[1.0]]), fd_idx=np.array([0]), all_stats=stats_in, dense=True,
+        dtype_tol=tol, dtype=dtype)
+  return summary["checks"]
+
+
+def test_run_temperature_checks_a_float32_run_in_float32_under_x64():
+  """run_temperature's jacrev and central-difference checks run in the run's dtype, also when
+  x64 is on and the rows come in float64 (``rows[check_idx].astype(dt)`` → ``.astype(None)``
+  made them float64 there): a float32 run's checks record, and are judged by, float32's
+  tolerances (``jacobians.EXACT_TOL``/``FD_TOL``: atol 1e-5/rtol 1e-4 and 2e-3/2e-2), not
+  float64's (1e-12/1e-10 and 1e-7/1e-6), with float32's step 3e-3·T. (On this row the float64
+  check of float32's step still passes, its truncation error ~5e-7 relative, so the verdict
+  is the same; the recorded tolerances and errors are not.) The float64 run (the other side)
+  gets float64's tolerances and step 1e-5·T."""
+  rows = np.array([[0.3, -0.2, 1.0, 0.0]])  # float64
+  f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+  c = _one_temperature(rows, np.float32)
+  assert (c["jacrev"]["atol"], c["jacrev"]["rtol"]) == (jacobians.EXACT_TOL[f32]["atol"],
+                                                        jacobians.EXACT_TOL[f32]["rtol"])
+  assert (c["fd"]["atol"], c["fd"]["rtol"]) == (2e-3, 2e-2)
+  assert c["fd_eps"] == 3e-3 * 0.5 and c["fd"]["ok"] and c["jacrev"]["ok"]
+  c = _one_temperature(rows, None)
+  assert (c["jacrev"]["atol"], c["fd"]["atol"]) == (jacobians.EXACT_TOL[f64]["atol"], 1e-7)
+  assert c["fd_eps"] == 1e-5 * 0.5 and c["fd"]["ok"] and c["jacrev"]["ok"]

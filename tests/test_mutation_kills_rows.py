@@ -7,6 +7,7 @@ applied by hand and green without it. Small shapes: each test runs in well under
 """
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from limits import jacobians
@@ -50,3 +51,62 @@ def test_run_temperature_checks_a_float32_run_in_float32_under_x64():
   c = _one_temperature(rows, None)
   assert (c["jacrev"]["atol"], c["fd"]["atol"]) == (jacobians.EXACT_TOL[f64]["atol"], 1e-7)
   assert c["fd_eps"] == 1e-5 * 0.5 and c["fd"]["ok"] and c["jacrev"]["ok"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a fresh sample of the rows group (twelfth session, seed 13):
+# `python tools/mutation_run.py --groups rows --children 1 --sample 60 --seed 13`.
+
+
+def _softmax_jacobian_norm(logits, visible, T):
+  """‖(diag α − ααᵀ)/T‖₂ of α = softmax(l/T) over the visible keys, by numpy's SVD."""
+  z = np.asarray(logits, float)[visible] / T
+  a = np.exp(z - z.max())
+  a /= a.sum()
+  return np.linalg.norm((np.diag(a) - np.outer(a, a)) / T, 2)
+
+
+def test_row_norms_matfree_keeps_the_mask():
+  """row_norms(how="matfree") of a masked row is the norm over its visible keys (numpy SVD,
+  float64, rel 1e-9: 100 power-iteration steps converge at (σ₂/σ₁)^200 here), not over every
+  key (``spectral_norm_matfree(..., iters, mask)`` → ``None`` or dropped: the two masked keys
+  with large logits then carry most of the weight). The unmasked row (the other side) is the
+  norm over all its keys."""
+  T = 0.5
+  logits = np.array([[1.0, -1.0, 0.2, 3.0, 3.0]])
+  visible = np.array([[True, True, True, False, False]])
+  with jax.enable_x64(True):
+    got = gradient_rows.row_norms("softmax", {}, jnp.asarray(logits), T, jnp.asarray(visible),
+                                  how="matfree")
+    full = gradient_rows.row_norms("softmax", {}, jnp.asarray(logits), T, how="matfree")
+  want = _softmax_jacobian_norm(logits[0], visible[0], T)
+  want_full = _softmax_jacobian_norm(logits[0], np.ones(5, bool), T)
+  assert abs(want - want_full) > 0.1 * want                  # the mask matters here
+  np.testing.assert_allclose(float(got[0]), want, rtol=1e-9)
+  np.testing.assert_allclose(float(full[0]), want_full, rtol=1e-9)
+
+
+def test_top_n_terms_selects_among_the_visible_keys_only():
+  """distance.rows.top_n_terms with a masked key of the largest weight: ᾱ_N, d_1 and R_N are
+  those of the top N *visible* keys (numpy loops over the definitions of the module docstring),
+  as is s (``_one(alpha, x, n, mask, ...)`` → ``_one(..., None, ...)`` selected the masked key
+  for ᾱ, d_1 and R_N). Without the mask (the other side) the masked key is selected."""
+  from limits.distance.rows import top_n_terms
+  alpha = np.array([0.2, 0.5, 0.1, 0.9])
+  x = np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 1.0], [3.0, 3.0]])
+  mask = np.array([True, True, True, False])
+
+  def reference(vis, n):
+    keys = [i for i in range(4) if vis[i]]
+    top = sorted(keys, key=lambda i: -alpha[i])[:n]
+    rest = [i for i in keys if i not in top]
+    d1 = max(np.linalg.norm(x[i] - x[j]) for i in rest for j in top)
+    return (sum(alpha[j] for j in top), d1, max(np.linalg.norm(x[j]) for j in top),
+            sum(alpha[j] * x[j] for j in top))
+
+  with jax.enable_x64(True):
+    for vis in (mask, np.ones(4, bool)):
+      got = top_n_terms(jnp.asarray(alpha), jnp.asarray(x), 1, jnp.asarray(vis))
+      want = reference(vis, 1)
+      for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)

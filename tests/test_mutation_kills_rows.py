@@ -110,3 +110,17 @@ def test_top_n_terms_selects_among_the_visible_keys_only():
       want = reference(vis, 1)
       for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
+
+
+def test_exact_row_blocks_cover_every_row_once():
+  """gradient.rows._chunks (the blocks of exact rows run_temperature cuts, one row per block
+  when L > 1448 on the dense path): consecutive slices of ``size`` rows (the last one shorter)
+  that cover 0..n−1 exactly once, for block sizes 1 (the boundary: ``max(size, 1)`` →
+  ``max(size, 2)`` stepped by 2 and skipped every other row) to 4 and 256."""
+  from limits.gradient.rows import _chunks
+  for size in (1, 2, 3, 4, 256):
+    for n in range(8):
+      got = [(s.start, s.stop) for s in _chunks(n, size)]
+      want = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+      assert got == want, (n, size)
+      assert [i for a, b in got for i in range(a, b)] == list(range(n))

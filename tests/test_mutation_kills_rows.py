@@ -124,3 +124,17 @@ def test_exact_row_blocks_cover_every_row_once():
       want = [(lo, min(lo + size, n)) for lo in range(0, n, size)]
       assert got == want, (n, size)
       assert [i for a, b in got for i in range(a, b)] == list(range(n))
+
+
+def test_plain_softmax_is_false_for_a_normalizer_without_a_name():
+  """gradient.rows._plain_softmax on a normalizer with no ``__name__`` (a functools.partial, a
+  hashable callable g_rows accepts as ``norm_fn``) is False, not an AttributeError
+  (``getattr(norm_fn, "__name__", None)`` → ``getattr(norm_fn, "__name__", )``); the registry's
+  softmax (the other side) is True."""
+  import functools
+
+  from limits import normalizers
+  from limits.gradient.rows import _plain_softmax
+  sm = normalizers.get("softmax")
+  assert _plain_softmax(sm)
+  assert not _plain_softmax(functools.partial(sm))

@@ -6,6 +6,8 @@ numpy, the tolerance tables the checks are specified by) and was seen red with t
 applied by hand and green without it. Small shapes: each test runs in well under 2 s.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -138,3 +140,51 @@ def test_plain_softmax_is_false_for_a_normalizer_without_a_name():
   sm = normalizers.get("softmax")
   assert _plain_softmax(sm)
   assert not _plain_softmax(functools.partial(sm))
+
+
+def _theorem2_reference(alpha, x, n, M, delta):
+  """N_s, r, ξ and Theorem 2's bounds of one row by numpy loops over the module docstring's
+  definitions, ξ_i² in the pairwise form M²·Σ_{j∈I∖i} α_j² + (M² − δ²/2)·Σ_{j≠k∈I∖i} α_j α_k
+  (the code uses the S1/S2 form)."""
+  top = list(np.argsort(-alpha, kind="stable")[:n])
+  s = sum(alpha[j] * x[j] for j in top)
+  dist = np.array([np.linalg.norm(alpha[i] * x[i] - s) for i in range(len(alpha))])
+  r = min(dist[i] for i in range(len(alpha)) if i not in top)
+  xi = {}
+  for i in top:
+    o = [j for j in top if j != i]
+    cross = sum(alpha[j] * alpha[k] for j in o for k in o if j != k)
+    xi[i] = math.sqrt(M * M * sum(alpha[j] ** 2 for j in o) + (M * M - delta ** 2 / 2) * cross)
+  lower = 1 - sum(xi.values()) / (n * r)
+  upper = sum(math.exp(-max(xi[i] - r, 0) ** 2 / (2 * M * M)) for i in top) / n
+  printed = sum(math.exp(-(r - xi[i]) ** 2 / (16 * M * M)) for i in top) / n
+  return sum(dist[i] < r for i in top), r, xi, lower, upper, printed
+
+
+def test_theorem2_on_a_sphere_of_radius_other_than_one():
+  """separability.rows on S²(M) with M = 2 and M = 0.5 (every mutant below is exact at M = 1,
+  where the tests ran): ξ, r, N_s, the lower bound, the upper bound (its exponent
+  −(ξ − r)₊²/(2M²) is active: ξ > r for the selected tokens here) and the printed upper bound
+  (−(r − ξ)²/(16M²)) of ``row_stats`` and of the one-row ``xi``/``theorem2_bounds`` against
+  numpy loops (float64, rel 1e-12). Kills ``(M * M - δ²/2)`` → ``(M / M - δ²/2)`` in ξ,
+  ``2 * M * M`` → ``2 / M * M`` in the upper bound, and ``upper_p`` → ``None`` in RowStats."""
+  from limits.selection import sort_desc
+  from limits.separability import rows as sep
+  alpha = np.array([0.3, 0.25, 0.2, 0.15, 0.1])
+  unit = np.array([[1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [0, -1.0, 0]])
+  n, delta_over_m = 3, 0.7
+  for M in (2.0, 0.5):
+    x, delta = M * unit, delta_over_m * M
+    n_s, r, xi, lower, upper, printed = _theorem2_reference(alpha, x, n, M, delta)
+    assert max(xi.values()) > r > 0                          # the upper bound's gap is active
+    with jax.enable_x64(True):
+      a = jnp.asarray(alpha)[None]
+      st = sep.row_stats(a, sort_desc(a), jnp.ones_like(a, bool), jnp.asarray(x), n, M, delta)
+      xi_1 = np.asarray(sep.xi(jnp.asarray(alpha), n, M, delta))
+      lo_1, up_1 = sep.theorem2_bounds(jnp.asarray(alpha), n, M, delta, r)
+    assert int(st.n_s[0]) == n_s and int(st.n_eff[0]) == n
+    np.testing.assert_allclose(float(st.r[0]), r, rtol=1e-12)
+    np.testing.assert_allclose(xi_1, [xi.get(i, 0.0) for i in range(5)], rtol=1e-12)
+    for got, want in ((st.lower_raw, lower), (st.lower, max(lower, 0)), (st.upper, upper),
+                      (st.upper_printed, printed), (lo_1, max(lower, 0)), (up_1, upper)):
+      np.testing.assert_allclose(float(np.ravel(got)[0]), want, rtol=1e-12)

@@ -11,6 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from limits import jacobians
 from limits.gradient import rows as gradient_rows
@@ -19,19 +20,20 @@ from limits.gradient import rows as gradient_rows
 # Left over from the eleventh session's second sample (seed 12).
 
 
-def _one_temperature(rows, dtype):
-  """run_temperature at T = 0.5 on the given rows, dense, one check row, under x64."""
+def _one_temperature(rows, dtype, **kw):
+  """run_temperature at T = 0.5 on the given rows (the first is the exact row and the check
+  row), dense, softmax, ε = 0.1, under x64; returns the summary."""
   T = 0.5
   mask = np.ones(rows.shape, bool)
   stats_in = {"n_exceed_lemma2": 0, "lemma2_finite": 1, "nonfinite": 0, "rows": 1,
               "n_exceed_paper": 0, "n_exceed_tight": 0, "max_norm": 1.0, "newton": 0}
   tol = {"exact": {"atol": 1e-5, "rtol": 1e-4}, "violation_rtol": 1e-6}
+  kw = {"g_vals": np.array([[1.0]]), "fd_idx": np.array([0]), **kw}
   with jax.enable_x64(True):
     summary, _ = gradient_rows.run_temperature(
-        T, rows, mask, np.arange(1), np.array([0]), [0.1], "softmax", {},
-        g_vals=np.array([[1.0]]), fd_idx=np.array([0]), all_stats=stats_in, dense=True,
-        dtype_tol=tol, dtype=dtype)
-  return summary["checks"]
+        T, rows, mask, np.arange(1), np.array([0]), [0.1], "softmax", {}, all_stats=stats_in,
+        dense=True, dtype_tol=tol, dtype=dtype, **kw)
+  return summary
 
 
 def test_run_temperature_checks_a_float32_run_in_float32_under_x64():
@@ -45,12 +47,12 @@ def test_run_temperature_checks_a_float32_run_in_float32_under_x64():
   gets float64's tolerances and step 1e-5·T."""
   rows = np.array([[0.3, -0.2, 1.0, 0.0]])  # float64
   f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
-  c = _one_temperature(rows, np.float32)
+  c = _one_temperature(rows, np.float32)["checks"]
   assert (c["jacrev"]["atol"], c["jacrev"]["rtol"]) == (jacobians.EXACT_TOL[f32]["atol"],
                                                         jacobians.EXACT_TOL[f32]["rtol"])
   assert (c["fd"]["atol"], c["fd"]["rtol"]) == (2e-3, 2e-2)
   assert c["fd_eps"] == 3e-3 * 0.5 and c["fd"]["ok"] and c["jacrev"]["ok"]
-  c = _one_temperature(rows, None)
+  c = _one_temperature(rows, None)["checks"]
   assert (c["jacrev"]["atol"], c["fd"]["atol"]) == (jacobians.EXACT_TOL[f64]["atol"], 1e-7)
   assert c["fd_eps"] == 1e-5 * 0.5 and c["fd"]["ok"] and c["jacrev"]["ok"]
 
@@ -188,3 +190,58 @@ def test_theorem2_on_a_sphere_of_radius_other_than_one():
     for got, want in ((st.lower_raw, lower), (st.lower, max(lower, 0)), (st.upper, upper),
                       (st.upper_printed, printed), (lo_1, max(lower, 0)), (up_1, upper)):
       np.testing.assert_allclose(float(np.ravel(got)[0]), want, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a second fresh sample, after the tests above (twelfth session, seed 14):
+# `python tools/mutation_run.py --groups rows --children 1 --sample 60 --seed 14`.
+
+
+def test_synthetic_rows_have_the_requested_dtype_under_x64():
+  """gradient.rows.synthetic_rows: scale × the standard normal draws of ``key`` in the requested
+  dtype, float32 also when x64 is on (``jax.random.normal(key, shape, dtype)`` → dtype dropped
+  gave JAX's default float64 there, a float32 run computed in float64); float64 (the other
+  side) stays float64."""
+  key = jax.random.key(3)
+  with jax.enable_x64(True):
+    for dt in (jnp.float32, jnp.float64):
+      got = gradient_rows.synthetic_rows(key, 2, 3, 8.0, dt)
+      assert got.dtype == dt and got.shape == (2, 3)
+      np.testing.assert_array_equal(np.asarray(got),
+                                    8.0 * np.asarray(jax.random.normal(key, (2, 3), dt)))
+
+
+def test_counterexample_check_tolerance_is_in_ulps_of_the_runs_dtype(monkeypatch):
+  """gradient.rows.counterexample: the numeric check is ``ok`` iff its relative error is within
+  1e3 ulps of the run's dtype (float32: 1e3·2⁻²³ = 1.2e-4), on both sides: a jacfwd+SVD value
+  500 float32 ulps off is ok, 2000 off is not (the numeric check patched to return those values).
+  ``np.finfo(dtype)`` → ``np.finfo(None)`` judged a float32 run in float64 ulps (2.2e-13):
+  every float32 check failed."""
+  T, eps32 = 0.3, float(np.finfo(np.float32).eps)
+  tight = 1 / (2 * T)
+  for k, ok in ((500, True), (2000, False)):
+    got = tight * (1 + k * eps32)
+    monkeypatch.setattr(gradient_rows, "_exact_block", lambda *a, _g=got, **kw: (np.array([_g]),))
+    c = gradient_rows.counterexample(T, 1 / (4 * T), tight, 1e-6, np.float32)
+    assert c["numeric_check"]["rel_err"] == pytest.approx(k * eps32, rel=1e-9)
+    assert c["numeric_check"]["ok"] is ok and c["numeric_check"]["jacfwd_svd_norm"] == got
+
+
+def test_g_statistics_keys_and_a_last_group_without_sampled_rows():
+  """run_temperature's g statistics: each ε's entry has exactly the keys the report reads
+  (``"eps"`` renamed → red), and the paper's statistic is the max over (layer, head) groups of
+  their average g (numpy by hand), also when the last group has no sampled row
+  (``np.bincount(gs, minlength=n_groups)`` → minlength dropped: counts shorter than the sums,
+  a broadcast error) and when every group has one (the other side)."""
+  rows = np.array([[0.3, -0.2, 1.0, 0.0]] * 4)
+  g_vals = np.array([[1.0], [5.0], [2.0]])                  # fd rows 0, 1, 2
+  for groups, stat, head in ((np.array([0, 1, 0, 2]), 5.0, 1),      # group 2: no sampled row
+                             (np.array([0, 1, 2, 2]), 5.0, 1),      # every group sampled
+                             (np.array([2, 0, 2, 1]), 5.0, 0)):     # group 1 empty, 2: 1.5
+    s = _one_temperature(rows, None, g_vals=g_vals, fd_idx=np.array([0, 1, 2]), groups=groups,
+                         n_groups=3)
+    e = s["g"]["0.1"]
+    assert set(e) == {"eps", "mean", "max", "n_rows", "n_above_paper_bound",
+                      "n_above_sqrt2_over_eps", "paper_stat", "paper_stat_head"}
+    assert e["eps"] == 0.1 and e["mean"] == pytest.approx(8 / 3) and e["max"] == 5.0
+    assert (e["paper_stat"], e["paper_stat_head"]) == (stat, head), groups

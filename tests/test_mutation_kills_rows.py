@@ -245,3 +245,23 @@ def test_g_statistics_keys_and_a_last_group_without_sampled_rows():
                       "n_above_sqrt2_over_eps", "paper_stat", "paper_stat_head"}
     assert e["eps"] == 0.1 and e["mean"] == pytest.approx(8 / 3) and e["max"] == 5.0
     assert (e["paper_stat"], e["paper_stat_head"]) == (stat, head), groups
+
+
+def test_printed_upper_bound_of_an_empty_and_of_a_full_selection():
+  """separability.rows.row_stats' printed upper bound (1/N)·Σ exp(−(r − ξ_i)²/(16M²)) is 1 for
+  an empty selection (N = 0: r is finite, the nearest token to s = 0) as the other bounds are
+  (the module's empty-selection convention), 1 when every token is selected (r = +inf), and the
+  formula in between (N = 1: ξ = 0, r = ‖α_1x_1 − α_0x_0‖ = √0.34, numpy by hand). Kills
+  ``(n_eff > 0) & finite`` → ``(n_eff > 0) | finite`` (0 at N = 0)."""
+  from limits.selection import sort_desc
+  from limits.separability import rows as sep
+  a = jnp.array([[0.5, 0.3, 0.2]])
+  x = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+  want_r = {0: 0.2, 1: math.sqrt(0.34), 3: math.inf}
+  want_printed = {0: 1.0, 1: math.exp(-0.34 / 16), 3: 1.0}
+  for n in (0, 1, 3):
+    st = sep.row_stats(a, sort_desc(a), jnp.ones_like(a, bool), x, n, 1.0, 1.0)
+    assert int(st.n_eff[0]) == n
+    assert float(st.r[0]) == pytest.approx(want_r[n], rel=1e-6)
+    assert float(st.upper_printed[0]) == pytest.approx(want_printed[n], rel=1e-6)
+    assert float(st.upper[0]) == float(st.lower[0]) == float(st.frac[0]) == 1.0

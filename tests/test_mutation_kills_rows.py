@@ -225,6 +225,7 @@ def test_counterexample_check_tolerance_is_in_ulps_of_the_runs_dtype(monkeypatch
     c = gradient_rows.counterexample(T, 1 / (4 * T), tight, 1e-6, np.float32)
     assert c["numeric_check"]["rel_err"] == pytest.approx(k * eps32, rel=1e-9)
     assert c["numeric_check"]["ok"] is ok and c["numeric_check"]["jacfwd_svd_norm"] == got
+    assert c["how"] == "closed form 1/(2T)"                 # the label the report prints
 
 
 def test_g_statistics_keys_and_a_last_group_without_sampled_rows():
@@ -265,3 +266,82 @@ def test_printed_upper_bound_of_an_empty_and_of_a_full_selection():
     assert float(st.r[0]) == pytest.approx(want_r[n], rel=1e-6)
     assert float(st.upper_printed[0]) == pytest.approx(want_printed[n], rel=1e-6)
     assert float(st.upper[0]) == float(st.lower[0]) == float(st.frac[0]) == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a third fresh sample, after the tests above (twelfth session, seed 15):
+# `python tools/mutation_run.py --groups rows --children 1 --sample 60 --seed 15`.
+
+
+def test_row_range_and_count_over_several_chunks():
+  """gradient.rows.row_range_and_count with more rows than columns in chunks of 2 rows: every
+  row's visible range and count (numpy by hand), the last chunk included (``range(0,
+  rows.shape[0], chunk)`` → ``rows.shape[1]`` stopped after 3 of the 5 rows and left the rest
+  at r = 0, n = 1); one chunk of every row (the default, the other side) gives the same."""
+  from limits.gradient.rows import row_range_and_count
+  rows = np.array([[0.0, 3.0, -1.0], [2.0, 5.0, 9.0], [1.0, 1.0, 4.0], [-2.0, 0.5, 0.0],
+                   [7.0, -3.0, 1.0]])
+  mask = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1], [1, 0, 1], [1, 1, 1]], bool)
+  want_r = [3.0, 7.0, 3.0, 2.0, 10.0]
+  want_n = [2.0, 3.0, 2.0, 2.0, 3.0]
+  for chunk in (2, 8192):
+    r, n = row_range_and_count(rows, mask, chunk)
+    assert r[:, 0].tolist() == want_r and n[:, 0].tolist() == want_n, chunk
+
+
+def test_exact_rows_go_in_blocks_of_at_most_4m_jacobian_entries(monkeypatch):
+  """run_temperature's dense path hands the exact rows to ``_exact_block`` in blocks of
+  max(1, 2²² // L²) rows, L the row length (shape[-1]), so an (B, L, L) Jacobian holds ~4M
+  entries: 1 row per block at L = 1449 (2²² // 1449² = 1), 2 at L = 1448 (the other side).
+  ``L = rows.shape[-1]`` → ``rows.shape[-2]`` (the row count, 3) put all three L = 1449 rows
+  in one block: 6.3M entries, and far more for real runs. ``_exact_block`` is patched to
+  record the blocks and return fixed norms (no Jacobian is built)."""
+  seen = []
+
+  def fake(l, m, T, **kw):
+    seen.append(tuple(l.shape))
+    ones = np.ones(l.shape[0])
+    return ones, ones, 0 * ones, ones
+
+  monkeypatch.setattr(gradient_rows, "_exact_block", fake)
+  stats_in = {"n_exceed_lemma2": 0, "lemma2_finite": 3, "nonfinite": 0, "rows": 3,
+              "n_exceed_paper": 0, "n_exceed_tight": 0, "max_norm": 1.0, "newton": 0}
+  tol = {"exact": {"atol": 1e-5, "rtol": 1e-4}, "violation_rtol": 1e-6}
+  for L, blocks in ((1449, [1, 1, 1]), (1448, [2, 1])):
+    seen.clear()
+    rows = np.zeros((3, L), np.float32)
+    summary, per_row = gradient_rows.run_temperature(
+        1.0, rows, np.ones((3, L), bool), np.arange(3), np.array([], int), [0.1], "softmax",
+        {}, g_vals=np.array([[1.0]]), fd_idx=np.array([0]), all_stats=stats_in, dense=True,
+        dtype_tol=tol)
+    assert [b for b, w in seen if w == L] == blocks, L
+    assert len(per_row) == 3 and summary["exact_rows"] == 3
+
+
+def test_monte_carlo_distance_needs_two_samples_and_names_the_value():
+  """distance.rows.monte_carlo_distance: samples = 1 is one line naming the value and what is
+  allowed (``LimitsError(f"samples=…")`` → ``LimitsError(None)``); samples = 2 (the other
+  side) runs: N = 1 of 2 keys, so each sample's d̃ is ‖α_j x_j − α_i x_i‖ of the pair, the
+  same for either choice here (α = ½, ½; x = ±e₁): mean 1, standard error 0."""
+  from limits.distance.rows import monte_carlo_distance
+  from limits.errors import LimitsError
+  a, x = jnp.array([0.5, 0.5]), jnp.array([[1.0, 0.0], [-1.0, 0.0]])
+  with pytest.raises(LimitsError, match=r"^samples=1 must be at least 2$"):
+    monte_carlo_distance(jax.random.key(0), a, x, 1, 1)
+  est = monte_carlo_distance(jax.random.key(0), a, x, 1, 2)
+  assert float(est.mean) == 1.0 and float(est.stderr) == 0.0
+
+
+def test_softmax_inf_normalises_each_row_of_a_batch_on_its_own():
+  """gradient.rows._softmax_inf on a (2, 2, 3) batch (g_rows passes (K, E, L)) of rows that are
+  all non-empty: each row is softmax over its own finite entries (numpy, float64, rel 1e-14),
+  summing to 1 (``jnp.sum(e, axis=-1, keepdims=True)`` → axis dropped normalised by the sum of
+  the whole batch; the earlier test's second row was empty, contributing 0 to that sum)."""
+  from limits.gradient.rows import _softmax_inf
+  z = np.array([[[0.5, -1.0, 2.0], [1.0, 1.0, -np.inf]],
+                [[-3.0, 0.0, 0.25], [4.0, -np.inf, -2.0]]])
+  with jax.enable_x64(True):
+    got = np.asarray(_softmax_inf(jnp.asarray(z)))
+  e = np.exp(z - z.max(axis=-1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-14)
+  np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-14)

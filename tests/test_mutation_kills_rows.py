@@ -95,7 +95,7 @@ def test_top_n_terms_selects_among_the_visible_keys_only():
   those of the top N *visible* keys (numpy loops over the definitions of the module docstring),
   as is s (``_one(alpha, x, n, mask, ...)`` → ``_one(..., None, ...)`` selected the masked key
   for ᾱ, d_1 and R_N). Without the mask (the other side) the masked key is selected."""
-  from limits.distance.rows import top_n_terms
+  from limits.distance.rows import context_vector, top_n_terms
   alpha = np.array([0.2, 0.5, 0.1, 0.9])
   x = np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 1.0], [3.0, 3.0]])
   mask = np.array([True, True, True, False])
@@ -114,6 +114,10 @@ def test_top_n_terms_selects_among_the_visible_keys_only():
       want = reference(vis, 1)
       for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
+      # context_vector is the same s (seed 16: its mask dropped selected the masked key).
+      np.testing.assert_allclose(np.asarray(context_vector(jnp.asarray(alpha), jnp.asarray(x),
+                                                           1, jnp.asarray(vis))),
+                                 want[3], rtol=1e-12)
 
 
 def test_exact_row_blocks_cover_every_row_once():
@@ -345,3 +349,43 @@ def test_softmax_inf_normalises_each_row_of_a_batch_on_its_own():
   e = np.exp(z - z.max(axis=-1, keepdims=True))
   np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-14)
   np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------
+# Survivors of a fourth fresh sample, after the tests above (twelfth session, seed 16):
+# `python tools/mutation_run.py --groups rows --children 1 --sample 60 --seed 16`.
+
+
+def test_pairwise_squared_distances_of_a_batch_of_point_sets():
+  """separability.rows._pairwise_sq on x (B, L, d) = (2, 3, 2), the batched shape its docstring
+  allows: each set's squared distances against numpy's differences (float64, abs 1e-12) and the
+  duplicate flags (a repeated point, and the diagonal). ``jnp.sum(x * x, axis=-1)`` →
+  ``axis=+1`` summed over the points instead of the coordinates (the same on (L, d), the
+  callers' shape)."""
+  from limits.separability.rows import _pairwise_sq
+  x = np.array([[[1.0, 0.0], [0.0, 2.0], [1.0, 0.0]],
+                [[3.0, 1.0], [-1.0, 0.5], [0.0, 0.0]]])
+  with jax.enable_x64(True):
+    d2, dup = _pairwise_sq(jnp.asarray(x))
+  want = ((x[:, :, None, :] - x[:, None, :, :]) ** 2).sum(-1)  # (2, 3, 3)
+  np.testing.assert_allclose(np.asarray(d2), want, atol=1e-12)
+  assert (np.asarray(dup) == (want == 0)).all()
+
+
+def test_lemma2_all_rows_uses_the_given_range_and_count(monkeypatch):
+  """gradient.rows.lemma2_all_rows with ``range_count`` given (computed once for every
+  temperature of 1.1M rows) does not recompute it (``row_range_and_count`` patched to fail;
+  ``range_count is not None`` → ``(…) and False`` recomputed it at every T), and gives
+  (e^{r/T} + e^{2r/T})/(T·n) by hand."""
+  rows = np.array([[0.0, 1.0, 3.0], [2.0, 2.5, 0.0]])
+  mask = np.array([[True, True, True], [True, True, False]])
+  rc = gradient_rows.row_range_and_count(rows, mask)
+
+  def no_recount(*args, **kwargs):
+    raise AssertionError("row_range_and_count recomputed")
+
+  monkeypatch.setattr(gradient_rows, "row_range_and_count", no_recount)
+  got = gradient_rows.lemma2_all_rows(rows, mask, [0.5, 2.0], range_count=rc)
+  want = [[(math.exp(r / T) + math.exp(2 * r / T)) / (T * n) for T in (0.5, 2.0)]
+          for r, n in ((3.0, 3), (0.5, 2))]
+  np.testing.assert_allclose(got, want, rtol=1e-14)

@@ -20,20 +20,20 @@ from limits.gradient import rows as gradient_rows
 # Left over from the eleventh session's second sample (seed 12).
 
 
-def _one_temperature(rows, dtype, **kw):
+def _one_temperature(rows, dtype, violation_rtol=1e-6, per_row=False, **kw):
   """run_temperature at T = 0.5 on the given rows (the first is the exact row and the check
-  row), dense, softmax, ε = 0.1, under x64; returns the summary."""
+  row), dense, softmax, ε = 0.1, under x64; returns the summary (and the per-row records)."""
   T = 0.5
   mask = np.ones(rows.shape, bool)
   stats_in = {"n_exceed_lemma2": 0, "lemma2_finite": 1, "nonfinite": 0, "rows": 1,
               "n_exceed_paper": 0, "n_exceed_tight": 0, "max_norm": 1.0, "newton": 0}
-  tol = {"exact": {"atol": 1e-5, "rtol": 1e-4}, "violation_rtol": 1e-6}
+  tol = {"exact": {"atol": 1e-5, "rtol": 1e-4}, "violation_rtol": violation_rtol}
   kw = {"g_vals": np.array([[1.0]]), "fd_idx": np.array([0]), **kw}
   with jax.enable_x64(True):
-    summary, _ = gradient_rows.run_temperature(
+    summary, rows_out = gradient_rows.run_temperature(
         T, rows, mask, np.arange(1), np.array([0]), [0.1], "softmax", {}, all_stats=stats_in,
         dense=True, dtype_tol=tol, dtype=dtype, **kw)
-  return summary
+  return (summary, rows_out) if per_row else summary
 
 
 def test_run_temperature_checks_a_float32_run_in_float32_under_x64():
@@ -389,3 +389,38 @@ def test_lemma2_all_rows_uses_the_given_range_and_count(monkeypatch):
   want = [[(math.exp(r / T) + math.exp(2 * r / T)) / (T * n) for T in (0.5, 2.0)]
           for r, n in ((3.0, 3), (0.5, 2))]
   np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+def test_jacobian_jacfwd_is_autodiff_not_the_closed_form(monkeypatch):
+  """gradient.rows.jacobian(how="jacfwd") differentiates the normalizer (the closed form it is
+  checked against in ``_exact_block`` must come from elsewhere): with
+  ``jacobians.closed_form`` patched to fail it still returns (diag α − ααᵀ)/T (numpy, float64,
+  abs 1e-12), while how="closed" (the other side) reaches the closed form. ``how == "jacfwd"``
+  → ``how == "XXjacfwdXX"`` sent jacfwd to the closed form: the dense closed-form check then
+  compared the closed form with itself (max_abs 0 whatever the closed form's error)."""
+  from limits import jacobians as jac_module
+
+  def no_closed_form(*args, **kwargs):
+    raise AssertionError("closed form used")
+
+  T, logits = 0.5, np.array([[0.3, -0.2, 1.0, 0.0]])
+  monkeypatch.setattr(jac_module, "closed_form", no_closed_form)
+  with jax.enable_x64(True):
+    got = np.asarray(gradient_rows.jacobian("softmax", {}, jnp.asarray(logits), T, how="jacfwd"))
+    with pytest.raises(AssertionError, match="closed form used"):
+      gradient_rows.jacobian("softmax", {}, jnp.asarray(logits), T, how="closed")
+  a = np.exp(logits[0] / T - (logits[0] / T).max())
+  a /= a.sum()
+  np.testing.assert_allclose(got[0], (np.diag(a) - np.outer(a, a)) / T, atol=1e-12)
+
+
+def test_exceeds_paper_needs_more_than_the_violation_tolerance():
+  """run_temperature counts an exact row over Corollary 3's printed bound only when its norm
+  exceeds paper·(1 + rtol): the tied-top-two row (norm 1/(2T) = 1 at T = 0.5, twice the printed
+  min{1/(4T), √2} = 0.5) exceeds it at rtol 0.5 (0.75) and not at rtol 1.5 (1.25), on both
+  sides. ``paper * (1 + rtol)`` → ``paper / (1 + rtol)`` counted it at 1.5 (0.2)."""
+  rows = np.array([[0.0, 0.0, -40.0, -40.0]])  # α = (½, ½, e⁻⁸⁰, e⁻⁸⁰)
+  for vrtol, over in ((0.5, True), (1.5, False)):
+    summary, per_row = _one_temperature(rows, None, violation_rtol=vrtol, per_row=True)
+    assert summary["paper_bound"] == 0.5 and per_row[0]["norm"] == pytest.approx(1.0, rel=1e-12)
+    assert summary["n_exceed_paper"] == int(over) and per_row[0]["exceeds_paper"] is over

@@ -320,6 +320,15 @@ def test_exact_rows_go_in_blocks_of_at_most_4m_jacobian_entries(monkeypatch):
         dtype_tol=tol)
     assert [b for b, w in seen if w == L] == blocks, L
     assert len(per_row) == 3 and summary["exact_rows"] == 3
+  # The matrix-free path builds no Jacobian: blocks of 256 rows whatever L (seed 17:
+  # ``if dense`` → ``if (dense) or True`` cut it to one row per block at L = 1449).
+  seen.clear()
+  tol["matfree"] = tol["exact"]
+  gradient_rows.run_temperature(
+      1.0, np.zeros((3, 1449), np.float32), np.ones((3, 1449), bool), np.arange(3),
+      np.array([], int), [0.1], "softmax", {}, g_vals=np.array([[1.0]]), fd_idx=np.array([0]),
+      all_stats=stats_in, dense=False, dtype_tol=tol)
+  assert [b for b, w in seen if w == 1449] == [3]
 
 
 def test_monte_carlo_distance_needs_two_samples_and_names_the_value():
@@ -424,3 +433,17 @@ def test_exceeds_paper_needs_more_than_the_violation_tolerance():
     summary, per_row = _one_temperature(rows, None, violation_rtol=vrtol, per_row=True)
     assert summary["paper_bound"] == 0.5 and per_row[0]["norm"] == pytest.approx(1.0, rel=1e-12)
     assert summary["n_exceed_paper"] == int(over) and per_row[0]["exceeds_paper"] is over
+
+
+# Survivor of a fifth fresh sample (twelfth session, seed 17, after every test above).
+
+
+def test_monte_carlo_distance_samples_only_visible_keys():
+  """distance.rows.monte_carlo_distance with a masked key of the largest weight: N = 1 of the two
+  visible keys (α = ½, ½; x = ±e₁), so every sample's d̃ is exactly 1 (mean 1, standard error
+  0); ``mask_like(alpha, mask)`` → ``mask_like(alpha, None)`` drew subsets with the masked key."""
+  from limits.distance.rows import monte_carlo_distance
+  a = jnp.array([0.5, 0.5, 0.9])
+  x = jnp.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 3.0]])
+  est = monte_carlo_distance(jax.random.key(0), a, x, 1, 64, mask=jnp.array([True, True, False]))
+  assert float(est.mean) == 1.0 and float(est.stderr) == 0.0

@@ -1351,3 +1351,128 @@ def test_fig4_collapse_scaled_labels_and_sphere_cap_row_without_n():
                                                {"n": 16, "frac": 0.8, "stderr": 0.02}]}
   v = C.judge_sphere_cap(cap, {})
   assert v.status == HOLDS and "± 0.0392 from" in v.measured, v.measured
+
+
+# Survivors of the fourth fresh sample of the claims group (seed 14, 100 of 2,518; examined in
+# the twelfth session). Expected values written by hand from the judges' wording.
+
+def test_reading_label_of_a_claim_without_and_with_ambiguities():
+  """assess' per-reading labels: "single reading" for a claim without ambiguities (the label of
+  its only row, not only the robustness column), "AMBIG-A A two" for one option."""
+  single = Claim(id="t1", kind="theorem", where="here", words="w", setting="s", step="step",
+                 criterion="c", judge=lambda s, r: Verdict(HOLDS))
+  assert [label for label, _ in assessment.assess(single, {}).readings] == ["single reading"]
+  two = Claim(id="t2", kind="theorem", where="here", words="w", setting="s", step="step",
+              criterion="c", judge=lambda s, r: Verdict(HOLDS),
+              readings=(Reading("AMBIG-A", (("a1", "A one"), ("a2", "A two"))),))
+  assert [label for label, _ in assessment.assess(two, {}).readings] == ["AMBIG-A A one",
+                                                                         "AMBIG-A A two"]
+
+
+def test_fig2b_converge_reads_the_largest_l_only():
+  """_converge_verdict takes d̃ at the largest L only (the L filter dropped mixes both lengths'
+  rows into the N series): at L = 1024 the gap is 0.5 at N = 1 and 0.1/5.1 at N = 100 (holds);
+  the rows at L = 512 (gap 0.9 at N = 100) must not enter."""
+  rows = (_distance_rows({1: (1.0, 0.5), 100: (5.1, 5.0)})
+          + _distance_rows({1: (2.0, 1.0), 100: (10.0, 1.0)}, L=512.0))
+  v = C.judge_fig2b_converge_printed({"rows": rows}, {})
+  assert v.status == HOLDS, v
+  assert v.measured == "relative gap 0.5 at N = 1, 0.01961 at N = 100", v.measured
+  rows = (_distance_rows({1: (1.0, 0.5), 100: (10.0, 1.0)})
+          + _distance_rows({1: (1.0, 0.5), 100: (5.1, 5.0)}, L=512.0))
+  v = C.judge_fig2b_converge_printed({"rows": rows}, {})
+  assert v.status == FAILS and v.measured == "relative gap 0.5 at N = 1, 0.9 at N = 100", v
+
+
+def test_fig2c_takes_the_recorded_critical_n_at_the_steps_own_alpha():
+  """_critical_n: an entry that recorded critical_n at the asked α is exact (no p-values
+  needed: N_crit = 5 at L = 100); at another α the p-values are needed, and an entry without
+  them is Missing "evaluated"."""
+  from limits.claims.core import Missing
+  s = {"critical": {"100": {"critical_n": 5, "alpha": 0.01, "method": "bisect"}}, "heads": 144}
+  r = {"AMBIG-18": "reconstructed", "AMBIG-9": "0.01"}
+  v = C.judge_fig2c(s, r)
+  assert v.status == HOLDS and v.measured == "N_crit ≈ 0.05·L (L = 100: 5)", v
+  with pytest.raises(Missing, match="^evaluated$"):
+    C.judge_fig2c(s, {**r, "AMBIG-9": "0.05"})
+
+
+def test_fig2c_states_a_scan_range_other_than_the_default():
+  """fig2c's scan range text when an L used another N_max: "scan N = 1…N_max (L = 100: 10)"
+  (closing parenthesis included)."""
+  pvals = {str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 11)}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals, "n_max": 10}}}, "heads": 144}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == HOLDS, v
+  assert v.measured == "N_crit ≈ 0.04·L (L = 100: 4); scan N = 1…N_max (L = 100: 10)", v.measured
+
+
+def test_fig2c_above_the_band_with_an_l_not_found():
+  """fig2c fails where an L has no pass up to N_max ≥ 0.12·L, and names beside it an L whose
+  shorter scan (N ≤ 5 < 0.12·64) found none: both lists in one text."""
+  never8 = {str(n): 0.001 for n in range(1, 9)}
+  never5 = {str(n): 0.001 for n in range(1, 6)}
+  s = {"critical_scan": {"32": {"printed": {"evaluated": never8, "n_max": 8}},
+                         "64": {"printed": {"evaluated": never5, "n_max": 5}}}, "heads": 144}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == FAILS, v
+  assert v.measured == ("above the band at L = 32 (no pass for N ≤ 8): N_crit/L > 0.12; "
+                        "not found at L = 64 (no pass for N ≤ 5); "
+                        "scan N = 1…N_max (L = 32: 8, L = 64: 5)"), v.measured
+
+
+def test_fig2c_rejected_everywhere_states_the_scan_range():
+  """fig2c's not-testable return (every N searched rejected, below 0.12·L) keeps the scan range
+  as its measured text."""
+  never5 = {str(n): 0.001 for n in range(1, 6)}
+  s = {"critical_scan": {"64": {"printed": {"evaluated": never5, "n_max": 5}}}, "heads": 144}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == NOT_TESTABLE and v.measured == "scan N = 1…N_max (L = 64: 5)", v
+
+
+def test_fig2c_without_a_head_count_has_no_power_line():
+  """fig2c on a summary without "heads": no KS power line (sample ""), the verdict as usual."""
+  pvals = {str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 26)}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals, "n_max": 25}}}}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.01"})
+  assert v.status == HOLDS and v.sample == "", v
+  assert v.measured == "N_crit ≈ 0.04·L (L = 100: 4); scan N = 1…⌈L/4⌉", v.measured
+
+
+@pytest.mark.parametrize("ratio, status", [(2.0, HOLDS), (2.0 * (1 + 1e-10), FAILS)])
+def test_fig4_collapse_spread_of_exactly_a_factor_two(ratio, status):
+  """fig4-collapse: curves exactly a factor 2 apart collapse (log10 2 ≤ log10 2 + 1e-12);
+  a factor 2·(1 + 1e-10) does not. Both drop exactly 2 decades."""
+  from limits.claims.judges_gradient import judge_fig4_collapse
+  s = {"T": [1.0, 100.0], "g": {"0.1": [ratio, ratio / 100], "1": [1.0, 0.01]}}
+  v = judge_fig4_collapse(s, {})
+  assert v.status == status, v
+  assert v.measured.startswith("spread 0.301 decades; drop ε = 0.1: 2, ε = 1: 2"), v.measured
+
+
+def test_tracks_names_a_maximum_below_the_floor_minus_a_tenth():
+  """_tracks, derived bound (floor e^(−1/2) = 0.607): a maximum of 0.4 at N = 4 is below
+  0.607 − 0.10 = 0.507, so "0.10 above" cannot hold there; the text names 0.507 and 0.607."""
+  s = {"per_head": [{"n": 2, "frac": 0.7, "upper": 0.75}, {"n": 4, "frac": 0.4, "upper": 0.9}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == HOLDS, v
+  assert ("0.10 above the maximum at N = 4: maximum N_s/N < 0.507 while the bound is ≥ its "
+          "floor 0.607 (cannot hold)") in v.vacuous, v.vacuous
+
+
+@pytest.mark.parametrize("upper, far", [(0.8, ""), (0.8 + 2e-12, " (> 0.10 at N = 4)")])
+def test_upper_tracking_names_n_only_beyond_a_tenth(upper, far):
+  """_tracks' text names an N as "> 0.10" only beyond the 1e-12 slack: a gap of 0.8 − 0.7
+  (0.1000000000000001) is not named, 2e-12 more is."""
+  s = {"per_head": [{"n": 4, "frac": 0.7, "upper": upper}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.measured == (f"bound − max N_s/N up to 0.1{far}; 0 of 1 decidable (head, N) cases "
+                        "above the bound"), v.measured
+
+
+def test_multihead_states_its_sample():
+  """multihead-coverage keeps the separability sample line (heads, point sets)."""
+  ns = [1, 16, 32]
+  v = _judge_verdict("multihead-coverage", {"n": ns, "median": [1, 0.8, 0.8], "max": [1, 1, 1],
+                                            "heads": 9, "samples": 20})
+  assert v.status == HOLDS and v.sample == "9 heads, 20 point sets per head", v

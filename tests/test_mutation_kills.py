@@ -1476,3 +1476,191 @@ def test_multihead_states_its_sample():
   v = _judge_verdict("multihead-coverage", {"n": ns, "median": [1, 0.8, 0.8], "max": [1, 1, 1],
                                             "heads": 9, "samples": 20})
   assert v.status == HOLDS and v.sample == "9 heads, 20 point sets per head", v
+
+
+# Survivors of a full mutation run of the claims group (twelfth session, 2,518 mutants at
+# 95a7b68, `--work /tmp/s12full-claims`), given tests in bulk: one exact Verdict per judge path
+# (status, text, reason, sample, vacuous parts) written by hand from the judges' wording.
+
+def _paper_claim(cid, kind="paper", derived_from=(), evidence="empirical"):
+  return Claim(id=cid, kind=kind, where="here", words="w", setting="s", step="step",
+               criterion="c", judge=lambda s, r: Verdict(HOLDS), derived_from=derived_from,
+               evidence=evidence)
+
+
+def test_count_verdicts_counts_only_the_papers_own_empirical_claims():
+  """count_verdicts: the paper's own claims (not derived) with empirical evidence or none (a
+  record from before issue 28, a 3-tuple) count, per verdict, a verdict outside the four
+  included; findings, derived claims and other evidence classes do not."""
+  from limits.claims.core import DEPENDS, MATHEMATICAL, NOT_RUN
+  entries = [("paper", (), HOLDS), ("paper", (), HOLDS, "empirical"), ("paper", (), FAILS),
+             ("paper", (), HOLDS, MATHEMATICAL), ("paper", ("x",), FAILS, "empirical"),
+             ("finding", (), FAILS, "empirical"), ("paper", (), DEPENDS, "empirical"),
+             ("paper", (), NOT_RUN, None)]
+  assert assessment.count_verdicts(entries) == {HOLDS: 2, FAILS: 1, NOT_TESTABLE: 0, NOT_RUN: 1,
+                                                DEPENDS: 1}
+
+
+def test_robust_count_over_the_counted_judged_claims():
+  """robust_count: of the paper's own empirical claims that hold or fail (5 here), those robust
+  under every admissible reading (robust is True: 3; False and None are not); a not-testable
+  verdict, a derived claim, a finding and a mathematical claim are left out."""
+  def a(claim, verdict, robust):
+    return assessment.Assessment(claim, verdict, "", Verdict(verdict), robust=robust)
+
+  p = _paper_claim("p")
+  counted = [a(p, HOLDS, True), a(p, FAILS, True), a(p, HOLDS, True), a(p, FAILS, False),
+             a(p, HOLDS, None)]
+  left_out = [a(p, NOT_TESTABLE, True), a(_paper_claim("d", derived_from=("p",)), HOLDS, True),
+              a(_paper_claim("f", kind="finding"), HOLDS, True),
+              a(_paper_claim("m", evidence="mathematical"), FAILS, True)]
+  assert assessment.robust_count(counted + left_out) == (3, 5)
+  assert assessment.robust_count(left_out) == (0, 0)
+
+
+def test_multihead_plateau_mean_union_and_missing_line():
+  """multihead-coverage: p is the mean median over N ≥ 16 (N = 16 included: (0.7 + 0.8)/2 =
+  0.75, 1 − 0.25³ = 98.4 %), the measured union is appended; without N ≥ 16 the Missing line."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_separability import judge_multihead
+  s = {"n": [1, 16, 32], "median": [1.0, 0.7, 0.8], "coverage_union": "0.95"}
+  v = judge_multihead(s, {})
+  assert v == Verdict(HOLDS, "p = 0.75: 3 heads cover 98.4 % if independent; measured union of "
+                             "a layer's heads: 0.95"), v
+  assert judge_multihead({"n": [16], "median": [0.9]}, {}) == Verdict(
+      FAILS, "p = 0.9: 3 heads cover 99.9 % if independent")
+  with pytest.raises(Missing, match="^N ≥ 16 in the grid$"):
+    judge_multihead({"n": [1, 8], "median": [1.0, 0.9]}, {})
+
+
+@pytest.mark.parametrize("knee, status", [(0.93, FAILS), (0.88, HOLDS)])
+def test_fig3_decline_needs_a_tenth_and_states_its_sample(knee, status):
+  """fig3-decline needs a fall of at least 10 % to N = 16 (7 %: fails; 12 %: holds), then a
+  nearly flat curve (−1 % from 16 to 64); the sample line names heads, point sets and windows."""
+  s = {"n": [1, 16, 64], "median": [1.0, knee, 0.99 * knee], "heads": 9, "samples": 20,
+       "windows": 2}
+  v = C.judge_fig3_decline(s, {})
+  ratio = (math.log(0.99) / math.log(4)) / (math.log(knee) / math.log(16))  # ≈ 0.16 and 0.22
+  assert v == Verdict(status, f"median 1 at N = 1, {knee:g} at 16, {0.99 * knee:.4g} at N = 64; "
+                              f"slope ratio after/before {ratio:.4g}",
+                      sample="9 heads, 20 point sets per head, 2 window(s)"), v
+
+
+def test_thm2_lower_without_stderr_has_no_margin_and_counts_strictly():
+  """thm2-lower: a row without a standard error gets no margin (0.45 < 0.5 is below the bound),
+  one exactly at its bound (0.5 = 0.5) is not below it; the text counts 1 of 2; the sample
+  line is kept."""
+  rows = [{"n": 4, "frac": 0.5, "lower": 0.5}, {"n": 8, "frac": 0.45, "lower": 0.5}]
+  v = C.judge_thm2_lower({"per_head": rows, "heads": 3}, {})
+  assert v == Verdict(FAILS, "1 of 2 (head, N) cases below the bound; 0 % of bounds clipped to 0",
+                      sample="3 heads"), v
+  v = C.judge_thm2_lower({"per_head": rows[:1], "heads": 3}, {})
+  assert v == Verdict(HOLDS, "0 of 1 (head, N) cases below the bound; 0 % of bounds clipped to "
+                             "0", sample="3 heads"), v
+
+
+@pytest.mark.parametrize("scale, status", [(1.0, HOLDS), (1 + 1e-12, FAILS)])
+def test_cor3_tight_at_exactly_its_slack(scale, status):
+  """cor3-tight holds at max T·‖J‖₂ = 0.5·(1 + 1e-6) exactly (≤) and fails just above."""
+  from limits.claims.judges_gradient import judge_cor3_tight
+  worst = 0.5 * (1 + 1e-6) * scale
+  v = judge_cor3_tight({"T": [1.0], "counterexample_norm": [0.25], "max_T_norm": worst}, {})
+  assert v.status == status and v.measured == "max T·‖J‖₂ = 0.5", v
+
+
+def test_lemma1_model_texts_and_a_kind_without_slopes():
+  """lemma1-model: not testable with its reason; the per-normalizer slopes joined by ", "; a
+  layer kind without slopes between two lengths is named with its Missing line."""
+  s = {"lemma1_slopes": {"softmax": 0.1, "relu": -0.5},
+       "by_layer_kind": {"local": {"rows": [{"L": 32}], "heads": 2, "windows": [8]}}}
+  v = C.judge_lemma1_model(s, {})
+  assert v == Verdict(NOT_TESTABLE, "softmax: 0.1, relu: -0.5; local layers (W = 8): missing "
+                                    "by_layer_kind slopes (two lengths)",
+                      reason="Lemma 1 assumes logits bounded by a fixed a; a model's logit range "
+                             "changes with L"), v
+
+
+def _collapse(ts, g, r=None, **extra):
+  from limits.claims.judges_gradient import judge_fig4_collapse
+  return judge_fig4_collapse({"T": ts, "g": g, **extra}, r or {})
+
+
+@pytest.mark.parametrize("ts, ok", [
+    ([1 - 1e-9, 100 * (1 - 1e-9)], True),    # T0 read with its 1e-9 slack (>=)
+    ([1 - 2e-9, 100 * (1 - 2e-9)], False),   # below the slack: one T >= 1 only
+    ([1.0, 100 * (1 + 1e-9)], True),          # the end may overshoot 100·T0 by 1e-9 (<=)
+    ([1.0, 100 * (1 - 1e-9)], True),          # ... or fall short by 1e-9 (not <)
+    ([1.0, 100 * (1 - 2e-9)], False),         # shorter: no T two decades up
+    ([1 - 5e-10, 1e4], False)])               # T0 just below 1: 1e4 is past 100·T0, no end
+def test_fig4_collapse_grid_edges(ts, ok):
+  """fig4-collapse's grid rules on both sides of each 1e-9 slack: the first T ≥ 1 and the end
+  at 100 times it. Two curves drop exactly 2 decades over the grid (holds) or the step is
+  Missing a temperature."""
+  from limits.claims.core import Missing
+  g = {"0.1": [10.0, 0.1], "1": [10.0, 0.1]}
+  if ok:
+    assert _collapse(ts, g).status == HOLDS
+  else:
+    with pytest.raises(Missing):
+      _collapse(ts, g)
+
+
+def test_fig4_collapse_ends_at_the_last_t_up_to_100_t0():
+  """The drop ends at T = 100 (100·T0), not at 100.5 (≤ 101·T0 or 200·T0) nor at 1,000
+  (100 times the second T): 2 decades (holds), where the later T give 4 or 5."""
+  v = _collapse([1.0, 10.0, 100.0, 100.5, 1000.0], {"1": [10.0, 1.0, 0.1, 1e-3, 1e-4]})
+  assert v == Verdict(HOLDS, "spread 0 decades; drop ε = 1: 2 decades"), v
+
+
+def test_fig4_collapse_scaled_t0_and_its_missing_line():
+  """Under the scaled reading with d_head = 4, T0 = 1·√4 = 2 (not 1/√4): the drop runs from
+  T = 2 to 200 (10 → 0.1: 2 decades), not from 0.5 to 50; a grid with one T ≥ 2 is Missing
+  "2 temperatures at or above T = 2"."""
+  from limits.claims.core import Missing
+  v = _collapse([0.5, 2.0, 50.0, 200.0], {"1": [100.0, 10.0, 2.0, 0.1]}, {"AMBIG-12": "scaled"},
+                d_head=4)
+  assert v == Verdict(HOLDS, "spread 0 decades; drop ε = 0.5 (raw 1): 2 decades"), v
+  with pytest.raises(Missing, match=r"^2 temperatures at or above T = 2$"):
+    _collapse([1.0, 10.0], {"1": [1.0, 0.1]}, {"AMBIG-12": "scaled"}, d_head=4)
+
+
+def test_fig4_collapse_missing_end_names_100_t0():
+  """The Missing line for a grid that stops short names 100·T0 and T0 (3 significant digits)."""
+  from limits.claims.core import Missing
+  with pytest.raises(Missing, match=r"^a temperature up to 100 in its grid \(two decades above "
+                                    r"1\)$"):
+    _collapse([1 - 5e-10, 1e4], {"1": [1.0, 0.01]})
+
+
+@pytest.mark.parametrize("bump, status", [(0, HOLDS), (1, FAILS)])
+def test_fig4_collapse_spread_at_its_1e12_slack(bump, status):
+  """Spread exactly log10(2) + 1e-12 (the ratio 2.000000000004605 gives it to the last bit)
+  still collapses (≤); one ulp more does not."""
+  r = 2.000000000004605 + bump * np.spacing(2.000000000004605)
+  assert math.log10(2.000000000004605) == math.log10(2) + 1e-12
+  v = _collapse([1.0, 100.0], {"0.1": [r, 0.01], "1": [1.0, 0.01]})
+  assert v.status == status, v
+
+
+@pytest.mark.parametrize("top, status", [(10 ** 2.5, HOLDS), (10 ** 2.5 * 1.001, FAILS),
+                                         (10 ** 1.5, HOLDS), (10 ** 1.5 / 1.001, FAILS)])
+def test_fig4_collapse_drop_of_exactly_two_and_a_half_decades(top, status):
+  """The drop may be 2 ± 0.5 decades, both ends included: 2.5 and 1.5 hold, beyond fails."""
+  assert _collapse([1.0, 100.0], {"1": [top, 1.0]}).status == status
+
+
+def test_sphere_cap_missing_line_and_an_empty_stderr_cell():
+  """sphere-cap: the Missing line "N ≥ 16 in the grid"; a per-head row whose stderr is an empty
+  CSV cell gives no interval (skipped, not a float("") error)."""
+  from limits.claims.core import Missing
+  with pytest.raises(Missing, match="^N ≥ 16 in the grid$"):
+    C.judge_sphere_cap({"n": [1, 8], "max": [1.0, 0.9]}, {})
+  s = {"n": [16], "max": [0.8], "per_head": [{"n": 16, "frac": 0.8, "stderr": ""}]}
+  assert C.judge_sphere_cap(s, {}) == Verdict(HOLDS, "largest head mean N_s/N for N ≥ 16: 0.8")
+
+
+def test_thm2_lower_all_bounds_clipped_is_100_percent():
+  """thm2-lower: every bound ≤ 0 is 100 % clipped (1 of 1)."""
+  s = {"per_head": [{"n": 4, "frac": 0.5, "lower": -0.2}]}
+  assert C.judge_thm2_lower(s, {}) == Verdict(
+      HOLDS, "0 of 1 (head, N) cases below the bound; 100 % of bounds clipped to 0")

@@ -1664,3 +1664,101 @@ def test_thm2_lower_all_bounds_clipped_is_100_percent():
   s = {"per_head": [{"n": 4, "frac": 0.5, "lower": -0.2}]}
   assert C.judge_thm2_lower(s, {}) == Verdict(
       HOLDS, "0 of 1 (head, N) cases below the bound; 100 % of bounds clipped to 0")
+
+
+def test_thm1_bound_without_row_counts():
+  """thm1-bound on rows that record no rows_checked: 0 rows counted (not 1 per row, not a
+  TypeError), no sample line."""
+  rows = [{"violations_sum": 0}, {"violations_sum": 0}]
+  assert C.judge_thm1_bound({"rows": rows}, {}) == Verdict(HOLDS, "0 violations in 0 rows")
+  rows = [{"violations_sum": 2, "rows_checked": 1500}, {"violations_sum": 0}]
+  assert C.judge_thm1_bound({"rows": rows, "heads": 3}, {}) == Verdict(
+      FAILS, "2 violations in 1,500 rows", sample="3 heads, 1,500 (head, query) rows")
+
+
+@pytest.mark.parametrize("worst, status", [(0.85 + 1e-12, HOLDS), (0.85 + 2e-12, FAILS)])
+def test_sphere_cap_at_its_1e12_slack_with_its_sample(worst, status):
+  """sphere-cap: a largest mean of 0.85 + 1e-12 is at most 0.85 with the slack (holds), 2e-12
+  more is above it; the sample line names heads and point sets."""
+  v = C.judge_sphere_cap({"n": [16], "max": [worst], "heads": 6, "samples": 10}, {})
+  assert v == Verdict(status, "largest head mean N_s/N for N ≥ 16: 0.85",
+                      sample="6 heads, 10 point sets per head"), v
+
+
+def test_sphere_cap_interval_from_the_head_within_1e9_only():
+  """sphere-cap takes the standard error of a head whose N_s/N is within 1e-9 of the worst,
+  strictly: a head exactly 1e-9 below it (1e-9 vs 2e-9, exact in binary) is not the worst's."""
+  s = {"n": [16], "max": [2e-9], "per_head": [{"n": 16, "frac": 1e-9, "stderr": 0.1},
+                                               {"n": 16, "frac": 2e-9, "stderr": 0.01}]}
+  assert 2e-9 - 1e-9 == 1e-9
+  v = C.judge_sphere_cap(s, {})
+  assert v.measured == ("largest head mean N_s/N for N ≥ 16: 2e-09 (95 % CI ± 0.0196 from the "
+                        "Monte Carlo standard error)"), v.measured
+
+
+def _top_class(frac, column="upper"):
+  """How _tracks classes the top head at N = 2: "gap" (within reach of "0.10 above"), "cannot
+  fail" (maximum ≥ 0.90) or "cannot hold" (maximum below the floor − 0.10); a second N (4,
+  frac 0.85, bound 0.9) keeps the judge decidable."""
+  judge = C.judge_fig3_upper_derived if column == "upper" else C.judge_fig3_upper_printed
+  s = {"per_head": [{"n": 2, "frac": frac, column: min(1.0, frac + 0.05)},
+                    {"n": 4, "frac": 0.85, column: 0.9}]}
+  parts = judge(s, {}).vacuous.split("; ")
+  if any(p.startswith("0.10 above the maximum at N = 2: maximum N_s/N ≥ 0.90") for p in parts):
+    return "cannot fail"
+  if any(p.startswith("0.10 above the maximum at N = 2: maximum N_s/N < ") for p in parts):
+    return "cannot hold"
+  return "gap"
+
+
+_LOW_EDGE = math.exp(-1 / 2) - 0.1 - 1e-12   # derived floor − 0.10, with the 1e-12 slack
+_HIGH_EDGE = (1 - 0.1) - 1e-12               # 0.90, with the 1e-12 slack
+
+
+@pytest.mark.parametrize("frac, column, cls", [
+    (math.exp(-1 / 2) - 0.1, "upper", "gap"),
+    (_LOW_EDGE, "upper", "gap"),
+    (np.nextafter(_LOW_EDGE, 0), "upper", "cannot hold"),
+    (np.nextafter(_HIGH_EDGE, 0), "upper", "gap"),
+    (_HIGH_EDGE, "upper", "cannot fail"),
+    (1 - 0.1, "upper", "cannot fail"),
+    (0.95, "upper_printed", "cannot fail"),
+    (0.8, "upper_printed", "cannot hold"),
+    (0.85, "upper_printed", "gap")])
+def test_tracks_classes_the_top_head_on_both_sides_of_each_edge(frac, column, cls):
+  """_tracks' "0.10 above the maximum" is decidable for a maximum in [floor − 0.10, 0.90) with
+  1e-12 slack at both ends (derived floor e^(−1/2), printed e^(−1/16) = 0.939); at and above
+  0.90 it cannot fail (under both bounds), below floor − 0.10 it cannot hold."""
+  assert _top_class(float(frac), column) == cls
+
+
+def test_tracks_floor_and_bound_are_not_crossed_when_touched():
+  """_tracks: a head exactly at the derived floor e^(−1/2) cannot exceed its bound (not
+  counted as decidable: "1 of 2 … cannot fail"); a head exactly at its bound is not above it
+  (0 violations); with every case decidable no such note is added."""
+  floor = math.exp(-1 / 2)
+  s = {"per_head": [{"n": 2, "frac": floor, "upper": 0.7}, {"n": 4, "frac": 0.8, "upper": 0.8}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.status == HOLDS, v
+  assert v.measured.endswith("; 0 of 1 decidable (head, N) cases above the bound"), v.measured
+  assert v.vacuous == ("above the bound: 1 of 2 (head, N) cases at N > 1 have N_s/N ≤ 0.607, "
+                       "the bound's floor at M = 1 (cannot fail)"), v.vacuous
+  v = C.judge_fig3_upper_derived({"per_head": [{"n": 4, "frac": 0.8, "upper": 0.8}]}, {})
+  assert v == Verdict(HOLDS, "bound − max N_s/N up to 0; 0 of 1 decidable (head, N) cases above "
+                             "the bound"), v
+
+
+def test_tracks_joins_low_ns_and_names_an_all_vacuous_step():
+  """_tracks: two N whose maximum is below the floor − 0.10 are joined "2, 4"; a step whose only
+  case is N = 1 has nothing to decide: Missing with every vacuous part."""
+  from limits.claims.core import Missing
+  s = {"per_head": [{"n": 2, "frac": 0.3, "upper": 0.7}, {"n": 4, "frac": 0.2, "upper": 0.7},
+                    {"n": 8, "frac": 0.7, "upper": 0.75}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v.vacuous.startswith("0.10 above the maximum at N = 2, 4: maximum N_s/N < 0.507 while"), v
+  msg = ("a case the data could decide (every part is vacuous: N = 1: N_s/N = 1 by definition "
+         "and ξ = 0, so the bound is exp(−r²/16M²) < 1 (printed: cannot hold) or 1 (derived: "
+         "cannot fail))")
+  with pytest.raises(Missing) as e:
+    C.judge_fig3_upper_derived({"per_head": [{"n": 1, "frac": 1.0, "upper": 1.0}]}, {})
+  assert str(e.value) == msg

@@ -1762,3 +1762,96 @@ def test_tracks_joins_low_ns_and_names_an_all_vacuous_step():
   with pytest.raises(Missing) as e:
     C.judge_fig3_upper_derived({"per_head": [{"n": 1, "frac": 1.0, "upper": 1.0}]}, {})
   assert str(e.value) == msg
+
+
+def test_tracks_joins_the_far_ns():
+  """_tracks names every N where the bound sits more than 0.10 above the maximum, joined
+  "2, 4"."""
+  s = {"per_head": [{"n": 2, "frac": 0.7, "upper": 0.9}, {"n": 4, "frac": 0.7, "upper": 0.85}]}
+  v = C.judge_fig3_upper_derived(s, {})
+  assert v == Verdict(FAILS, "bound − max N_s/N up to 0.2 (> 0.10 at N = 2, 4); 0 of 2 decidable "
+                             "(head, N) cases above the bound"), v
+
+
+def test_cor1_band_holds_only_without_violations():
+  """cor1-band: 0 queries outside the band holds (with the query count), 1 fails."""
+  from limits.claims.judges_vanishing import judge_cor1_band
+  assert judge_cor1_band({"band_violations": 0, "band_queries": 1500}, {}) == Verdict(
+      HOLDS, "0 queries outside the band", sample="1,500 queries")
+  assert judge_cor1_band({"band_violations": 1, "band_queries": 1500}, {}) == Verdict(
+      FAILS, "1 queries outside the band", sample="1,500 queries")
+
+
+def test_thm1_bound_reads_its_form_and_states_the_full_sample():
+  """thm1-bound counts the violations of the d̃ form AMBIG-1 names (norm: 1, sum: 5) over all
+  rows; the sample line names heads, windows per L and the rows checked."""
+  rows = [{"violations_norm": 0, "violations_sum": 5, "rows_checked": 1000},
+          {"violations_norm": 1, "violations_sum": 0, "rows_checked": 500}]
+  s = {"rows": rows, "heads": 12, "windows": 2}
+  sample = "12 heads, 2 window(s) per L, 1,500 (head, query) rows"
+  assert C.judge_thm1_bound(s, {"AMBIG-1": "norm"}) == Verdict(
+      FAILS, "1 violations in 1,500 rows", sample=sample)
+  assert C.judge_thm1_bound(s, {"AMBIG-1": "sum"}) == Verdict(
+      FAILS, "5 violations in 1,500 rows", sample=sample)
+
+
+@pytest.mark.parametrize("reading, status, text", [
+    ({}, FAILS, "relative gap 0.5 at N = 1, 0.2 at N = 100"),
+    ({"AMBIG-3": "L"}, FAILS, "relative gap 0.4 at N = 1, 0.1 at N = 100"),
+    ({"AMBIG-3": "L", "AMBIG-4": "jensen"}, HOLDS, "relative gap 0.3 at N = 1, 0.05 at N = 100"),
+    ({"AMBIG-4": "jensen"}, FAILS, "relative gap 0.4 at N = 1, 0.15 at N = 100")])
+def test_fig2b_converge_derived_reads_ambig3_and_ambig4(reading, status, text):
+  """The reconstructed E: expected_mean (default) or expected_nl_mean (AMBIG-3 = L), plus the
+  Jensen gap under AMBIG-4 = jensen. d̃ = 1 and 5; E = 0.5/4, 0.6/4.5, +0.1/+0.25: gaps by
+  hand; 0.1 exactly is not below 0.10."""
+  rows = [{"L": 1024, "N": 1, "d_sum_mean": 1.0, "expected_mean": 0.5, "expected_nl_mean": 0.6,
+           "gap_mean": 0.1},
+          {"L": 1024, "N": 100, "d_sum_mean": 5.0, "expected_mean": 4.0, "expected_nl_mean": 4.5,
+           "gap_mean": 0.25}]
+  v = C.judge_fig2b_converge_derived({"rows": rows}, reading)
+  assert (v.status, v.measured) == (status, text), v
+
+
+def test_kinds_text_per_layer_kind_in_order():
+  """kinds_text: local layers first (their windows and heads), then global; a kind with too few
+  lengths is named with its Missing line; an empty kind is left out; no split, no text."""
+  def rows(ls):
+    return [{"L": L, "N": 5, "d_sum_mean": 0.01 * L} for L in ls]
+
+  split = {"global": {"rows": rows((64, 128, 256)), "heads": 4},
+           "local": {"rows": rows((64, 128)), "heads": 2, "windows": [512, 1024]},
+           "other": {"rows": rows((64, 128, 256))}}
+  v = C.judge_fig2a_true({"rows": rows((64, 128, 256)), "by_layer_kind": split}, {})
+  assert v.measured == ("log-log exponent 1, straight-line R² 1; local layers (W = 512, 1024): "
+                        "missing at least 3 lengths; global layers, 4 heads: log-log exponent 1, "
+                        "straight-line R² 1"), v.measured
+  split["local"] = {"rows": []}
+  v = C.judge_fig2a_true({"rows": rows((64, 128, 256)), "by_layer_kind": split}, {})
+  assert v.measured.endswith("R² 1; global layers, 4 heads: log-log exponent 1, straight-line "
+                             "R² 1"), v.measured
+  v = C.judge_fig2a_true({"rows": rows((64, 128, 256)), "by_layer_kind": "none"}, {})
+  assert v.measured == "log-log exponent 1, straight-line R² 1"
+
+
+def test_fig2b_plateau_text_and_no_growth():
+  """fig2b-plateau: 0.1 → 1 (×10) from N = 1 to 20, then +10 % to 100, slope ratio
+  (ln 1.1/ln 5)/(ln 10/ln 20) ≈ 0.077: holds; equal values at N = 1 and 20: "no growth"."""
+  rows = [{"L": 64, "N": n, "d_sum_mean": y} for n, y in ((1, 0.1), (20, 1.0), (100, 1.1))]
+  ratio = (math.log(1.1) / math.log(5)) / (math.log(10) / math.log(20))
+  v = C.judge_fig2b_plateau({"rows": rows, "heads": 3}, {})
+  assert v == Verdict(HOLDS, f"×10 from N = 1 to 20, then +10 % to N = 100; slope ratio "
+                             f"after/before {ratio:.4g}", sample="3 heads"), v
+  rows = [{"L": 64, "N": n, "d_sum_mean": y} for n, y in ((1, 1.0), (20, 1.0), (100, 2.0))]
+  assert C.judge_fig2b_plateau({"rows": rows}, {}) == Verdict(FAILS, "no growth before N = 20")
+
+
+@pytest.mark.parametrize("dmax_last, status", [(6.0, HOLDS), (8.0, FAILS)])
+def test_fig2b_tightens_strictly_below_its_value_at_20(dmax_last, status):
+  """fig2b-tightens: d_max/d̃ = 3, 2, 1.5 at N = 1, 20, 100 tightens; 2 at N = 100 (equal to
+  N = 20) does not (strict)."""
+  rows = [{"L": 64, "N": n, "d_sum_mean": d, "dmax_sum_mean": b}
+          for n, d, b in ((1, 1.0, 3.0), (20, 2.0, 4.0), (100, 4.0, dmax_last))]
+  v = C.judge_fig2b_tightens({"rows": rows, "heads": 3}, {})
+  shown = "1.5" if status == HOLDS else "2"
+  assert v == Verdict(status, f"d_max/d̃ N = 1: 3, N = 20: 2, N = 100: {shown}",
+                      sample="3 heads"), v

@@ -1855,3 +1855,74 @@ def test_fig2b_tightens_strictly_below_its_value_at_20(dmax_last, status):
   shown = "1.5" if status == HOLDS else "2"
   assert v == Verdict(status, f"d_max/d̃ N = 1: 3, N = 20: 2, N = 100: {shown}",
                       sample="3 heads"), v
+
+
+def test_separability_missing_lines():
+  """The Missing lines of the separability judges: per_head.csv (thm2-lower without per-head
+  rows) and "N ≥ 16 in the grid" (fig3-band below the knee)."""
+  from limits.claims.core import Missing
+  with pytest.raises(Missing, match=r"^per_head\.csv$"):
+    C.judge_thm2_lower({"per_head": []}, {})
+  with pytest.raises(Missing, match="^N ≥ 16 in the grid$"):
+    C.judge_fig3_band({"n": [1, 8], "median": [1.0, 0.9]}, {})
+
+
+def test_lemma1_bounded_sums_the_violations_of_every_f():
+  """lemma1-bounded: one violation in the first F (by name) and none in the second still
+  fails: the violations add up over F."""
+  from limits.claims.judges_vanishing import judge_lemma1_bounded
+  s = {"lemma1": {"a_first": {"violations": 1, "C2": 2.0, "checked": 10},
+                  "b_second": {"violations": 0, "C2": 3.0, "checked": 5}}}
+  assert judge_lemma1_bounded(s, {}) == Verdict(
+      FAILS, "a_first: C2 = 2, 1 violations; b_second: C2 = 3, 0 violations", sample="15 rows")
+
+
+@pytest.mark.parametrize("asked, exact", [("1e-12", False), ("1.5e-12", True)])
+def test_fig2c_recorded_critical_n_only_within_1e12_of_its_alpha(asked, exact):
+  """_critical_n uses the recorded N_crit only when the asked α is within 1e-12 of the step's,
+  strictly: 2e-12 vs 1e-12 (a difference of exactly 1e-12) needs the p-values (Missing here),
+  2e-12 vs 1.5e-12 does not."""
+  from limits.claims.core import Missing
+  assert 2e-12 - 1e-12 == 1e-12
+  s = {"critical": {"100": {"critical_n": 5, "alpha": 2e-12}}}
+  r = {"AMBIG-18": "reconstructed", "AMBIG-9": asked}
+  if exact:
+    assert C.judge_fig2c(s, r) == Verdict(HOLDS, "N_crit ≈ 0.05·L (L = 100: 5)")
+  else:
+    with pytest.raises(Missing, match="^evaluated$"):
+      C.judge_fig2c(s, r)
+
+
+def test_fig2a_true_fits_only_the_rows_at_n_5():
+  """fig2a-true fits d̃ at N = 5 only (linear in L there; flat at N = 20)."""
+  rows = ([{"L": L, "N": 5, "d_sum_mean": 0.01 * L} for L in (64, 128, 256)]
+          + [{"L": L, "N": 20, "d_sum_mean": 3.0} for L in (64, 128, 256)])
+  v = C.judge_fig2a_true({"rows": rows}, {})
+  assert v == Verdict(HOLDS, "log-log exponent 1, straight-line R² 1"), v
+
+
+@pytest.mark.parametrize("median, status", [
+    (0.7 - 1e-12, HOLDS), (np.nextafter(0.7 - 1e-12, 0), FAILS),
+    (0.85 + 1e-12, HOLDS), (np.nextafter(0.85 + 1e-12, 1), FAILS)])
+def test_fig3_band_edges_with_their_1e12_slack(median, status):
+  """in_band: the closed band [0.70, 0.85] with 1e-12 slack at each end, on both sides."""
+  v = C.judge_fig3_band({"n": [16, 32], "median": [float(median), 0.8]}, {})
+  assert v.status == status, v
+
+
+def test_attention_sinks_last_length_and_defaults():
+  """attention-sinks: the by-layer shares shown are the last L's (of three); without "eps" and
+  "pairs" the sample line reads ε = nan and 0 head-windows."""
+  s = {"sinks": {"by_L": [{"L": 64, "share_by_layer": [0.75]}, {"L": 128, "share_by_layer": [0.6]},
+                          {"L": 256, "share_by_layer": [0.5]}]}}
+  v = C.judge_attention_sinks(s, {})
+  assert v == Verdict(HOLDS, "layers with Sink_ε ≥ 0.5: L = 64: 1 of 1, L = 128: 1 of 1, L = 256: "
+                             "1 of 1; at L = 256 by layer 0.50",
+                      sample="ε = nan, 0 head-windows per L"), v
+
+
+def test_fig2c_a_p_value_equal_to_alpha_is_a_rejection():
+  """_critical_n: p = α at N = 2 rejects (a pass needs p > α), so N_crit is 3, exact (N = 2
+  counts as below it)."""
+  s = {"critical_scan": {"100": {"printed": {"evaluated": {"1": 0.001, "2": 0.01, "3": 0.5}}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(HOLDS, "N_crit ≈ 0.03·L (L = 100: 3)")

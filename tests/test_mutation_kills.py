@@ -1926,3 +1926,49 @@ def test_fig2c_a_p_value_equal_to_alpha_is_a_rejection():
   counts as below it)."""
   s = {"critical_scan": {"100": {"printed": {"evaluated": {"1": 0.001, "2": 0.01, "3": 0.5}}}}}
   assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(HOLDS, "N_crit ≈ 0.03·L (L = 100: 3)")
+
+
+def test_fig2c_default_scan_range_at_a_short_length():
+  """The default N_max rule at L = 4 is max(1, min(⌈4/4⌉, 3)) = 1: a scan to N = 1 is the default
+  range (N_crit = 1 there: 0.25·L, above the band)."""
+  s = {"critical_scan": {"4": {"printed": {"evaluated": {"1": 0.5}, "n_max": 1}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
+      FAILS, "N_crit ≈ 0.25·L (L = 4: 1); scan N = 1…⌈L/4⌉")
+
+
+def test_fig2c_missing_lines_per_form():
+  """fig2c's Missing lines: the printed form needs a non-empty critical_scan, the reconstructed
+  form the bisection's "critical" (or a scan)."""
+  from limits.claims.core import Missing
+  with pytest.raises(Missing, match=r"^critical_scan \(the ascending scan with the printed E\)$"):
+    C.judge_fig2c({"critical_scan": {}, "heads": 144}, {"AMBIG-9": "0.01"})
+  with pytest.raises(Missing, match="^critical$"):
+    C.judge_fig2c({"heads": 144}, {"AMBIG-9": "0.01", "AMBIG-18": "reconstructed"})
+
+
+@pytest.mark.parametrize("heads, testable", [(3, True), (2, False)])
+def test_fig2c_smallest_p_equal_to_alpha_is_testable(heads, testable):
+  """fig2c: with 3 heads the smallest KS p is 2/C(6, 3) = 0.1, which reaches α = 0.1 (not
+  above it): testable; with 2 heads it is 2/C(4, 2) = 1/3: not testable, with its exact texts."""
+  pvals = {str(n): (0.5 if n >= 4 else 0.001) for n in range(1, 26)}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": pvals, "n_max": 25}}}, "heads": heads}
+  v = C.judge_fig2c(s, {"AMBIG-9": "0.1"})
+  power = f"KS on {heads} per-head means per sample; smallest attainable p = " + \
+          ("0.1" if testable else "0.33")
+  if testable:
+    assert v == Verdict(HOLDS, "N_crit ≈ 0.04·L (L = 100: 4); scan N = 1…⌈L/4⌉", sample=power), v
+  else:
+    assert v == Verdict(NOT_TESTABLE, "", reason="with 2 heads per sample the KS test cannot "
+                        "reject at α = 0.1 (smallest p = 0.33)", sample=power), v
+
+
+def test_fig2c_lengths_in_numeric_order():
+  """fig2c lists the lengths in numeric order (64 before 100, not as strings); the fitted ratio
+  is (64·3 + 100·4)/(64² + 100²) = 592/14096 = 0.042."""
+  def entry(n_crit):
+    return {"printed": {"evaluated": {str(n): (0.5 if n >= n_crit else 0.001)
+                                      for n in range(1, n_crit + 1)}}}
+
+  s = {"critical_scan": {"100": entry(4), "64": entry(3)}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
+      HOLDS, "N_crit ≈ 0.042·L (L = 64: 3; L = 100: 4)")

@@ -1972,3 +1972,71 @@ def test_fig2c_lengths_in_numeric_order():
   s = {"critical_scan": {"100": entry(4), "64": entry(3)}}
   assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
       HOLDS, "N_crit ≈ 0.042·L (L = 64: 3; L = 100: 4)")
+
+
+def _never(n_max):
+  return {str(n): 0.001 for n in range(1, n_max + 1)}
+
+
+def _first_pass(n_crit, n_max):
+  return {str(n): (0.5 if n >= n_crit else 0.001) for n in range(1, n_max + 1)}
+
+
+@pytest.mark.parametrize("searched, status", [(12, FAILS), (11, NOT_TESTABLE)])
+def test_fig2c_no_pass_up_to_exactly_0_12_l_is_above_the_band(searched, status):
+  """An L with no pass up to N = 12 = 0.12·100 is above the band (≥): fails; up to 11 it is
+  not found (the scan stopped inside the band)."""
+  s = {"critical_scan": {"100": {"printed": {"evaluated": _never(searched)}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}).status == status
+
+
+def test_fig2c_above_the_band_lists_every_part():
+  """fig2c's failing text with two L above the band, two passing L and two L not found, each
+  list joined in order, then the scan range per L (not the default at 64 and 80)."""
+  scan = {"32": (_never(8), 8), "40": (_never(10), 10), "64": (_never(5), 5),
+          "80": (_never(5), 5), "100": (_first_pass(4, 25), 25), "200": (_first_pass(8, 50), 50)}
+  s = {"critical_scan": {L: {"printed": {"evaluated": ev, "n_max": m}}
+                         for L, (ev, m) in scan.items()}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(FAILS, (
+      "above the band at L = 32 (no pass for N ≤ 8), 40 (no pass for N ≤ 10): N_crit/L > 0.12; "
+      "passes: L = 100: 4; L = 200: 8; not found at L = 64 (no pass for N ≤ 5), 80 (no pass for "
+      "N ≤ 5); scan N = 1…N_max (L = 32: 8, L = 40: 10, L = 64: 5, L = 80: 5, L = 100: 25, "
+      "L = 200: 50)"))
+  s = {"critical_scan": {"32": {"printed": {"evaluated": _never(8), "n_max": 8}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
+      FAILS, "above the band at L = 32 (no pass for N ≤ 8): N_crit/L > 0.12; scan N = 1…⌈L/4⌉")
+
+
+def test_fig2c_pass_windows_joined_and_at_most_three():
+  """The pass windows: a single N shown as "9", ranges as "4–6", joined by ", ", at most three
+  (a fourth, N = 13, is left out)."""
+  passes = {4, 5, 6, 9, 11, 13}
+  ev = {str(n): (0.5 if n in passes else 0.001) for n in range(1, 15)}
+  wins = [[4, 6], [9, 9], [11, 11], [13, 13]]
+  s = {"critical_scan": {"100": {"printed": {"evaluated": ev, "windows": wins}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
+      HOLDS, "N_crit ≈ 0.04·L (L = 100: 4 (passes at N = 4–6, 9, 11))")
+
+
+def test_fig2c_windows_of_a_recorded_critical_n_without_p_values():
+  """An entry with its recorded N_crit, windows and no p-values: two windows are shown; one
+  window is not (nothing says it closed before the last N searched)."""
+  def s(wins):
+    entry = {"critical_n": 4, "alpha": 0.01, "windows": wins}
+    return {"critical": {"100": entry}}
+
+  r = {"AMBIG-9": "0.01", "AMBIG-18": "reconstructed"}
+  assert C.judge_fig2c(s([[4, 6], [9, 9]]), r) == Verdict(
+      HOLDS, "N_crit ≈ 0.04·L (L = 100: 4 (passes at N = 4–6, 9))")
+  assert C.judge_fig2c(s([[4, 6]]), r) == Verdict(HOLDS, "N_crit ≈ 0.04·L (L = 100: 4)")
+
+
+@pytest.mark.parametrize("asked, shown", [("1e-12", ""), ("1.5e-12", " (passes at N = 4–6)")])
+def test_fig2c_windows_only_within_1e12_of_the_scans_alpha(asked, shown):
+  """The pass windows belong to the α the scan ran at (2e-12): shown for an asked α within
+  1e-12 of it, strictly (1.5e-12), hidden at exactly 1e-12 away."""
+  ev = {str(n): (0.5 if 4 <= n <= 6 else 1e-13) for n in range(1, 9)}
+  s = {"critical_scan": {"100": {"printed": {"evaluated": ev, "windows": [[4, 6]],
+                                             "alpha": 2e-12}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": asked}) == Verdict(
+      HOLDS, f"N_crit ≈ 0.04·L (L = 100: 4{shown})")

@@ -2040,3 +2040,33 @@ def test_fig2c_windows_only_within_1e12_of_the_scans_alpha(asked, shown):
                                              "alpha": 2e-12}}}}
   assert C.judge_fig2c(s, {"AMBIG-9": asked}) == Verdict(
       HOLDS, f"N_crit ≈ 0.04·L (L = 100: 4{shown})")
+
+
+@pytest.mark.parametrize("n_crit, status", [(2, FAILS), (3, HOLDS), (12, HOLDS), (13, FAILS)])
+def test_fig2c_band_edges_are_inside(n_crit, status):
+  """N_crit/L = 0.03 and 0.12 (N_crit 3 and 12 at L = 100) are inside the closed band; 0.02
+  and 0.13 are outside."""
+  s = {"critical_scan": {"100": {"printed": {"evaluated": _first_pass(n_crit, 25)}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}).status == status
+
+
+def test_fig2c_lists_two_lengths_not_found():
+  """Two L not found are joined by ", " beside a passing L, and in the not-testable reason when
+  no L passes."""
+  s = {"critical_scan": {"64": {"printed": {"evaluated": _never(5)}},
+                         "80": {"printed": {"evaluated": _never(5)}},
+                         "100": {"printed": {"evaluated": _first_pass(4, 25)}}}}
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
+      HOLDS, "N_crit ≈ 0.04·L (L = 100: 4); not found at L = 64 (no pass for N ≤ 5), 80 (no pass "
+             "for N ≤ 5)")
+  del s["critical_scan"]["100"]
+  assert C.judge_fig2c(s, {"AMBIG-9": "0.01"}) == Verdict(
+      NOT_TESTABLE, "", reason="the KS test rejected at every N searched (α = 0.01): 64 (no pass "
+                               "for N ≤ 5), 80 (no pass for N ≤ 5)")
+
+
+def test_ks_min_pvalue_is_at_most_one():
+  """ks_min_pvalue: 2/C(n + m, n), capped at 1 (a p-value): 1 for n = m = 1 and for an empty
+  second sample (2/C(3, 3) = 2 capped), 0.1 for n = m = 3."""
+  from limits.claims.criteria import ks_min_pvalue
+  assert ks_min_pvalue(1) == 1.0 and ks_min_pvalue(3, 0) == 1.0 and ks_min_pvalue(3) == 0.1

@@ -2070,3 +2070,93 @@ def test_ks_min_pvalue_is_at_most_one():
   second sample (2/C(3, 3) = 2 capped), 0.1 for n = m = 3."""
   from limits.claims.criteria import ks_min_pvalue
   assert ks_min_pvalue(1) == 1.0 and ks_min_pvalue(3, 0) == 1.0 and ks_min_pvalue(3) == 0.1
+
+
+def _ambig_claim(judge, readings, excluded=()):
+  return Claim(id="t", kind="paper", where="here", words="w", setting="s", step="stepx",
+               criterion="c", judge=judge, readings=readings, excluded=excluded)
+
+
+_A = Reading("AMBIG-A", (("a1", "A one"), ("a2", "A two"), ("a3", "A three")))
+_B = Reading("AMBIG-B", (("b1", "B one"), ("b2", "B two")))
+
+
+def test_assess_labels_a_flip_its_readings_and_exclusions():
+  """assess: the flipping reading named with its option label, status and measured text; an
+  excluded reading (a3) judged and listed but not counted; the readings in order."""
+  def judge(s, r):
+    return Verdict(s[r["AMBIG-A"]], f"x = {r['AMBIG-A']}")
+
+  claim = _ambig_claim(judge, (_A,), (("AMBIG-A", "a3", "no reading"),))
+  res = assessment.assess(claim, {"a1": HOLDS, "a2": FAILS, "a3": FAILS})
+  assert (res.verdict, res.label, res.robust) == (HOLDS, "flips under AMBIG-A (A two): fails, "
+                                                         "x = a2", False)
+  assert [(label, v.status) for label, v in res.readings] == [
+      ("AMBIG-A A one", HOLDS), ("AMBIG-A A two", FAILS), ("AMBIG-A A three", FAILS)]
+  assert res.excluded == (("AMBIG-A A three", "AMBIG-A a3: no reading"),)
+  res = assessment.assess(_ambig_claim(lambda s, r: Verdict(s[r["AMBIG-A"]]), (_A,)),
+                          {"a1": HOLDS, "a2": HOLDS, "a3": FAILS})
+  assert res.label == "flips under AMBIG-A (A three): fails", res.label
+
+
+def test_assess_names_a_pair_and_the_robust_labels():
+  """assess: a flip that needs both ambiguities changed is named "AMBIG-A (…) with AMBIG-B
+  (…)"; all the same: "same under every admissible reading"; every other option excluded:
+  "single admissible reading"."""
+  def judge(s, r):
+    return Verdict(FAILS if (r["AMBIG-A"], r["AMBIG-B"]) == ("a2", "b2") else HOLDS)
+
+  res = assessment.assess(_ambig_claim(judge, (_A, _B)), {})
+  assert (res.label, res.robust) == ("flips under AMBIG-A (A two) with AMBIG-B (B two): fails",
+                                     False)
+  same = assessment.assess(_ambig_claim(lambda s, r: Verdict(HOLDS), (_A,)), {})
+  assert (same.label, same.robust) == ("same under every admissible reading", True)
+  only = assessment.assess(_ambig_claim(lambda s, r: Verdict(FAILS), (_A,),
+                                        (("AMBIG-A", "a2", "no"), ("AMBIG-A", "a3", "no"))), {})
+  assert (only.verdict, only.label, only.robust) == (FAILS, "single admissible reading", True)
+
+
+@pytest.mark.parametrize("error, reason", [
+    (KeyError("k"), "step stepx's summary is malformed (KeyError: 'k')"),
+    (TypeError("t"), "step stepx's summary is malformed (TypeError: t)"),
+    (ValueError("v"), "step stepx's summary is malformed (ValueError: v)"),
+    (ZeroDivisionError("z"), "step stepx's summary is malformed (ZeroDivisionError: z)"),
+    (IndexError("i"), "step stepx's summary is malformed (IndexError: i)")])
+def test_judge_safely_turns_each_malformed_summary_into_not_testable(error, reason):
+  """judge_safely: each of the five errors a malformed summary raises gives not testable with
+  the step and the error; a not-testable primary labels the assessment with its reason."""
+  def judge(s, r):
+    raise error
+
+  claim = _ambig_claim(judge, ())
+  assert assessment.judge_safely(claim, {}, {}) == Verdict(NOT_TESTABLE, reason=reason)
+  res = assessment.assess(claim, {})
+  assert (res.verdict, res.label, res.robust) == (NOT_TESTABLE, reason, None)
+
+
+def test_assess_untested_readings_and_by_step_alternates():
+  """A by-step reading is judged on its own step's summary; without one it is not testable
+  ("no outputs for …" or the reason given), which makes the robustness column "same under
+  every computable admissible reading (k of n; not computable: …)"."""
+  from limits.claims.core import Missing
+  b = Reading("AMBIG-B", (("b1", "B one"), ("b2", "B two"), ("b3", "B three")), by_step=True)
+
+  def judge(s, r):
+    if s.get("missing"):
+      raise Missing("field")
+    return Verdict(s["v"])
+
+  claim = _ambig_claim(judge, (b,))
+  alts = {("AMBIG-B", "b2"): {"v": FAILS}}
+  res = assessment.assess(claim, {"v": HOLDS}, alts)
+  assert res.label == "flips under AMBIG-B (B two): fails", res.label
+  assert res.readings[2][1] == Verdict(NOT_TESTABLE, reason="no outputs for the AMBIG-B reading "
+                                                            "'b3'")
+  alts = {("AMBIG-B", "b2"): {"v": HOLDS}, ("AMBIG-B", "b3"): "step b3 failed"}
+  res = assessment.assess(claim, {"v": HOLDS}, alts)
+  assert (res.label, res.robust) == ("same under every computable admissible reading (2 of 3; "
+                                     "not computable: step b3 failed)", None)
+  alts = {("AMBIG-B", "b2"): {"missing": 1}, ("AMBIG-B", "b3"): {"v": HOLDS}}
+  res = assessment.assess(claim, {"v": HOLDS}, alts)
+  assert res.label == ("same under every computable admissible reading (2 of 3; not computable: "
+                       "step stepx did not record field)"), res.label

@@ -2160,3 +2160,60 @@ def test_assess_untested_readings_and_by_step_alternates():
   res = assessment.assess(claim, {"v": HOLDS}, alts)
   assert res.label == ("same under every computable admissible reading (2 of 3; not computable: "
                        "step stepx did not record field)"), res.label
+
+
+def test_fig4_inverse_t_exact_texts_with_a_vacuous_epsilon():
+  """fig4-inverse-T: the slope over the T below 0.1 (0.01 and 0.05; T = 0.1 itself is not
+  below), ε = 0.01 falls ×5 over ×5 in T: slope −1 (holds); ε = 10 cannot follow (g ≤ √2/10 =
+  0.1414, a T^−0.75 rise from 0.1 at T = 0.05 needs 0.1·5^0.75 at T = 0.01) and is named."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_gradient import judge_fig4_inverse_t
+  ts = [0.01, 0.05, 0.1, 1.0]
+  g = {"0.01": [1.0, 0.2, 5.0, 5.0], "10": [0.1, 0.1, 0.1, 0.1]}
+  vac = (f"ε = 10: a 1/T trend is impossible (g ≤ √2/ε = 0.1414 raw at every T, a T^−0.75 rise "
+         f"from T = 0.05 would need {0.1 * 5 ** 0.75:.4g} at T = 0.01)")
+  assert judge_fig4_inverse_t({"T": ts, "g": g}, {}) == Verdict(
+      HOLDS, "log-log slopes ε = 0.01: -1 (T < 0.1)", vacuous=vac)
+  g["0.01"] = [0.4, 0.2, 5.0, 5.0]      # slope ln(1/2)/ln 5 = −0.43: not a 1/T trend
+  v = judge_fig4_inverse_t({"T": ts, "g": g}, {})
+  assert (v.status, v.measured) == (FAILS, f"log-log slopes ε = 0.01: "
+                                           f"{math.log(0.5) / math.log(5):.4g} (T < 0.1)"), v
+  with pytest.raises(Missing) as e:
+    judge_fig4_inverse_t({"T": ts, "g": {"10": g["10"]}}, {})
+  assert str(e.value) == f"an ε whose curve could follow 1/T ({vac})"
+
+
+def test_fig4_inverse_t_scaled_labels_and_threshold():
+  """Under the scaled reading (d_head = 4) the threshold is 0.1·√4 = 0.2 (T = 0.1 now counts)
+  and ε = 0.01 is labelled 0.005 (raw 0.01); a non-numeric ε keeps its name."""
+  from limits.claims.judges_gradient import judge_fig4_inverse_t
+  s = {"T": [0.02, 0.1, 1.0], "d_head": 4, "g": {"0.01": [1.0, 0.2, 0.1], "x": [1.0, 0.2, 0.1]}}
+  v = judge_fig4_inverse_t(s, {"AMBIG-12": "scaled"})
+  assert v == Verdict(HOLDS, "log-log slopes ε = 0.005 (raw 0.01): -1, ε = x: -1 (T < 0.2)"), v
+
+
+def test_gradient_judges_counts_and_texts():
+  """cor3-printed counts the T whose tied-top-two norm is above min{1/(4T), √2} (0.25 at T = 1
+  is not; 1.5 at T = 0.1 is above √2) and the data pairs; Missing names the non-finite T;
+  lemma2 is testable while the bound is finite on at least half the pairs; simplex adds up the
+  rows over ε; cor3-tight reads max T·‖J‖ from the rows without a data maximum."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_gradient import (judge_cor3_tight, judge_lemma2, judge_simplex)
+  s = {"T": [1.0, 0.1], "counterexample_norm": [0.25, 1.5], "data_exceed_paper": 3}
+  assert judge_cor3_printed(s, {}) == Verdict(
+      FAILS, "tied top-two row exceeds it at 1 of 2 T; 3 data (row, T) pairs exceed it")
+  with pytest.raises(Missing, match=r"^finite Jacobian norms \(non-finite at T = 0\.5, 1\)$"):
+    judge_cor3_printed({**s, "nonfinite_T": ["0.5", 1]}, {})
+  assert judge_lemma2({"lemma2_exceed": 0, "lemma2_pairs": 10, "lemma2_finite": 5}, {}) == \
+      Verdict(HOLDS, "0 rows above the bound")
+  assert judge_lemma2({"lemma2_exceed": 0, "lemma2_pairs": 10, "lemma2_finite": 4}, {}).status \
+      == NOT_TESTABLE
+  assert judge_lemma2({"lemma2_exceed": 3, "lemma2_pairs": 10, "lemma2_finite": 0}, {}) == \
+      Verdict(FAILS, "3 rows above the bound")
+  assert judge_simplex({"sqrt2_exceed": {"0.1": 0, "1": "2"}}, {}) == Verdict(
+      FAILS, "2 rows above √2/ε")
+  assert judge_simplex({"sqrt2_exceed": {"0.1": 0}}, {}) == Verdict(HOLDS, "0 rows above √2/ε")
+  assert judge_cor3_tight({"T": [1.0, 0.1], "counterexample_norm": [0.25, 4.0]}, {}) == Verdict(
+      HOLDS, "max T·‖J‖₂ = 0.4")
+  assert judge_cor3_tight({"T": [0.1], "counterexample_norm": [6.0]}, {}) == Verdict(
+      FAILS, "max T·‖J‖₂ = 0.6")

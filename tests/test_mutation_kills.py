@@ -2217,3 +2217,12 @@ def test_gradient_judges_counts_and_texts():
       HOLDS, "max T·‖J‖₂ = 0.4")
   assert judge_cor3_tight({"T": [0.1], "counterexample_norm": [6.0]}, {}) == Verdict(
       FAILS, "max T·‖J‖₂ = 0.6")
+
+
+def test_fig2a_fits_the_first_n_when_there_is_no_n_5():
+  """_n_fit: without N = 5 the fit takes the smallest N (2: linear in L), not the next (10:
+  flat) nor a missing N = 5."""
+  rows = ([{"L": L, "N": 2, "d_sum_mean": 0.01 * L} for L in (64, 128, 256)]
+          + [{"L": L, "N": 10, "d_sum_mean": 3.0} for L in (64, 128, 256)])
+  assert C.judge_fig2a_true({"rows": rows}, {}) == Verdict(
+      HOLDS, "log-log exponent 1, straight-line R² 1")

@@ -2226,3 +2226,10 @@ def test_fig2a_fits_the_first_n_when_there_is_no_n_5():
           + [{"L": L, "N": 10, "d_sum_mean": 3.0} for L in (64, 128, 256)])
   assert C.judge_fig2a_true({"rows": rows}, {}) == Verdict(
       HOLDS, "log-log exponent 1, straight-line R² 1")
+
+
+def test_kinds_text_of_a_split_without_rows_is_empty():
+  """kinds_text: a by_layer_kind map whose kinds have no rows adds nothing to the text."""
+  rows = [{"L": L, "N": 5, "d_sum_mean": 0.01 * L} for L in (64, 128, 256)]
+  v = C.judge_fig2a_true({"rows": rows, "by_layer_kind": {"local": {"rows": []}}}, {})
+  assert v.measured == "log-log exponent 1, straight-line R² 1", v.measured

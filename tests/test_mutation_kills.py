@@ -2233,3 +2233,32 @@ def test_kinds_text_of_a_split_without_rows_is_empty():
   rows = [{"L": L, "N": 5, "d_sum_mean": 0.01 * L} for L in (64, 128, 256)]
   v = C.judge_fig2a_true({"rows": rows, "by_layer_kind": {"local": {"rows": []}}}, {})
   assert v.measured == "log-log exponent 1, straight-line R² 1", v.measured
+
+
+@pytest.mark.parametrize("after, direction, change, ok", [
+    (0.5, +1, 0.5, True), (0.5 * (1 + 2e-12), +1, 0.5, False),   # ratio edge with its slack
+    (-0.5, +1, 0.5, True), (-0.5 * (1 + 2e-12), +1, 0.5, False),  # |after|
+    (0.5, -1, -0.5, True), (0.5, -1, 0.5, False), (0.5, +1, -0.5, False)])
+def test_saturates_ratio_edge_in_absolute_values(after, direction, change, ok):
+  """criteria.saturates: |after| ≤ 0.5·|before| (before = −1 here) with a 1e-12 relative slack,
+  on both sides; the move must go in ``direction``."""
+  from limits.claims.criteria import saturates
+  sat = {"change_before": change, "before": -1.0, "after": after}
+  assert saturates(sat, direction) is ok
+
+
+def test_saturation_missing_lines_and_values():
+  """criteria.saturation: a knee that is not strictly inside the grid, or absent, is Missing
+  "values at N = 20 and on both sides of it"; otherwise the slopes by hand (y = 1, 4, 4.4 at
+  N = 1, 20, 100: ln 4/ln 20 and ln 1.1/ln 5) and the change to the knee (×4: 3)."""
+  from limits.claims.core import Missing
+  from limits.claims.criteria import linear_r2, saturation
+  for ns in ([1, 20], [20, 100], [1, 10, 100]):
+    with pytest.raises(Missing, match="^values at N = 20 and on both sides of it$"):
+      saturation(ns, [1.0] * len(ns), 20)
+  sat = saturation([100, 1, 20], [4.4, 1.0, 4.0], 20)      # unsorted input
+  assert sat == {"before": pytest.approx(math.log(4) / math.log(20), rel=1e-14),
+                 "after": pytest.approx(math.log(1.1) / math.log(5), rel=1e-14),
+                 "change_before": pytest.approx(3.0, rel=1e-14), "first": 1, "last": 100}
+  assert math.isnan(linear_r2([1, 1, 1], [1, 2, 3]))
+  assert linear_r2([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0, rel=1e-14)

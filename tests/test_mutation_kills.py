@@ -2262,3 +2262,103 @@ def test_saturation_missing_lines_and_values():
                  "change_before": pytest.approx(3.0, rel=1e-14), "first": 1, "last": 100}
   assert math.isnan(linear_r2([1, 1, 1], [1, 2, 3]))
   assert linear_r2([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0, rel=1e-14)
+
+
+def test_distance_judges_missing_lines_and_keys():
+  """The distance judges' Missing lines (no rows: "summary"; a row without the d̃ column: that
+  column) and the columns each reading names: d_norm_mean under AMBIG-1 = norm, the x̄ form of
+  the printed E under AMBIG-17 = mean."""
+  from limits.claims.core import Missing
+  for s in ({}, {"rows": []}):
+    with pytest.raises(Missing, match="^summary$"):
+      C.judge_fig2a_true(s, {})
+  with pytest.raises(Missing, match="^d_sum_mean$"):
+    C.judge_fig2a_true({"rows": [{"L": 64, "N": 5, "d_norm_mean": 1.0}]}, {})
+  lin = [{"L": L, "N": 5, "d_norm_mean": 0.01 * L, "d_sum_mean": 1.0,
+          "expected_printed_xmean_mean": 0.01 * L, "expected_printed_output_mean": 1.0}
+         for L in (64, 128, 256)]
+  assert C.judge_fig2a_true({"rows": lin}, {"AMBIG-1": "norm"}).status == HOLDS
+  assert C.judge_fig2a_true({"rows": lin}, {"AMBIG-1": "sum"}).status == FAILS
+  assert C.judge_fig2a_expected_printed({"rows": lin}, {"AMBIG-17": "mean"}).status == HOLDS
+  assert C.judge_fig2a_expected_printed({"rows": lin}, {"AMBIG-17": "output"}).status == FAILS
+
+
+def test_fig2a_expected_derived_adds_the_jensen_gap_at_n_5_only():
+  """fig2a-expected-derived under AMBIG-4 = jensen adds the gap of the same (L, N) row: at N = 5
+  E = 0.01·L and gap = 0.001·L (sum 0.011·L: exponent 1, R² 1); the N = 20 rows' zero gap must
+  not be mixed in."""
+  rows = ([{"L": L, "N": 5, "expected_mean": 0.01 * L, "gap_mean": 0.001 * L}
+           for L in (64, 128, 256)]
+          + [{"L": L, "N": 20, "expected_mean": 3.0, "gap_mean": 0.0} for L in (64, 128, 256)])
+  assert C.judge_fig2a_expected_derived({"rows": rows}, {"AMBIG-4": "jensen"}) == Verdict(
+      HOLDS, "log-log exponent 1, straight-line R² 1")
+
+
+@pytest.mark.parametrize("power, ok", [(0.7, False), (0.9, True), (1.1, True), (1.3, False)])
+def test_linear_in_l_exponent_window(power, ok):
+  """linear_in_l: y = L^k over L = 64…1024 has log-log exponent k; 0.9 and 1.1 are inside
+  [0.8, 1.2], 0.7 and 1.3 outside (R² of the straight line ≥ 0.95 for all four, numpy's)."""
+  from limits.claims.judges_distance import linear_in_l
+  ls = [64, 128, 256, 512, 1024]
+  ys = [L ** power for L in ls]
+  assert np.corrcoef(ls, ys)[0, 1] ** 2 >= 0.95
+  got, text = linear_in_l(ls, ys)
+  assert got is ok
+  assert text.startswith(f"log-log exponent {power:.4g}, straight-line R² "), text
+
+
+def test_linear_in_l_needs_a_straight_line():
+  """linear_in_l: an exponent of 1 is not enough; y ∝ L with one length far off the line
+  (R² < 0.95 by numpy) fails."""
+  from limits.claims.judges_distance import linear_in_l
+  ls, ys = [64, 128, 256, 512], [64.0, 400.0, 100.0, 512.0]
+  assert np.corrcoef(ls, ys)[0, 1] ** 2 < 0.95
+  assert linear_in_l(ls, ys)[0] is False
+
+
+def test_converge_gap_at_a_zero_distance_and_a_gap_that_does_not_close():
+  """_converge: d̃ = 0 at the first N gives gap inf there (not a ZeroDivisionError), and 0.05 at
+  N = 100 closes it (holds); equal gaps (0.0625 twice) do not close (fails)."""
+  s = {"rows": _distance_rows({1: (0.0, 0.5), 100: (5.0, 4.75)})}
+  assert C.judge_fig2b_converge_printed(s, {}) == Verdict(
+      HOLDS, "relative gap inf at N = 1, 0.05 at N = 100")
+  s = {"rows": _distance_rows({1: (4.0, 3.75), 100: (8.0, 7.5)})}     # exact in binary
+  v = C.judge_fig2b_converge_printed(s, {})
+  assert (v.status, v.measured) == (FAILS, "relative gap 0.0625 at N = 1, 0.0625 at N = 100"), v
+
+
+def test_fig2b_tightens_needs_an_n_above_20_and_plateau_reads_ambig1():
+  """fig2b-tightens with N = 20 as the largest N is Missing; fig2b-plateau reads d_norm_mean
+  under AMBIG-1 = norm (here a plateau, while d_sum_mean grows linearly)."""
+  from limits.claims.core import Missing
+  rows = [{"L": 64, "N": n, "d_sum_mean": 1.0, "dmax_sum_mean": 2.0} for n in (1, 20)]
+  with pytest.raises(Missing, match="^N = 20 and a larger N$"):
+    C.judge_fig2b_tightens({"rows": rows}, {})
+  rows = [{"L": 64, "N": n, "d_norm_mean": y, "d_sum_mean": float(n)}
+          for n, y in ((1, 0.1), (20, 1.0), (100, 1.1))]
+  assert C.judge_fig2b_plateau({"rows": rows}, {"AMBIG-1": "norm"}).status == HOLDS
+  assert C.judge_fig2b_plateau({"rows": rows}, {"AMBIG-1": "sum"}).status == FAILS
+
+
+def test_scaled_reading_needs_d_head_and_cor3_tight_needs_finite_norms():
+  """_t_scale: the scaled reading (AMBIG-12) needs d_head (Missing "d_head"); cor3-tight is
+  Missing where a norm was not finite."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_gradient import judge_cor3_tight
+  with pytest.raises(Missing, match="^d_head$"):
+    _collapse([1.0, 100.0], {"1": [1.0, 0.01]}, {"AMBIG-12": "scaled"})
+  with pytest.raises(Missing, match=r"^finite Jacobian norms \(non-finite at T = 2\)$"):
+    judge_cor3_tight({"T": [2.0], "counterexample_norm": [0.1], "nonfinite_T": [2]}, {})
+
+
+def test_combinations_and_not_run():
+  """combinations: every option product, the default first ([{}] without readings); not_run:
+  the reason as label and verdict text."""
+  from limits.claims.core import NOT_RUN
+  claim = _ambig_claim(lambda s, r: Verdict(HOLDS), (_B, _A))
+  assert assessment.combinations(claim) == [
+      {"AMBIG-B": b, "AMBIG-A": a} for b in ("b1", "b2") for a in ("a1", "a2", "a3")]
+  assert assessment.combinations(_ambig_claim(lambda s, r: Verdict(HOLDS), ())) == [{}]
+  a = assessment.not_run(claim, "step x failed: boom")
+  assert a == assessment.Assessment(claim, NOT_RUN, "step x failed: boom",
+                                    Verdict(NOT_RUN, reason="step x failed: boom"))

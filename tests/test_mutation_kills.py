@@ -2362,3 +2362,38 @@ def test_combinations_and_not_run():
   a = assessment.not_run(claim, "step x failed: boom")
   assert a == assessment.Assessment(claim, NOT_RUN, "step x failed: boom",
                                     Verdict(NOT_RUN, reason="step x failed: boom"))
+
+
+@pytest.mark.parametrize("power, ok", [(0.8, True), (0.79, False), (1.2, True), (1.21, False)])
+def test_linear_in_l_exponent_edges_are_inside(power, ok):
+  """linear_in_l: exponents exactly 0.8 and 1.2 are inside the window (y = 10^(k·i) at
+  L = 1, 10, 100 gives the slope k to the last bit), 0.79 and 1.21 are not."""
+  from limits.claims.judges_distance import linear_in_l
+  ys = [10 ** (power * i) for i in range(3)]
+  assert linear_in_l([1, 10, 100], ys)[0] is ok
+
+
+def test_fig2b_plateau_largest_l_direction_and_percent():
+  """fig2b-plateau reads the largest L only (L = 32 rows would break the N series), needs a
+  growth of 10 % (15 % to N = 20 then flat holds), and states the change after N = 20 in per
+  cent (×2: +100 %)."""
+  def rows(L, ys):
+    return [{"L": L, "N": n, "d_sum_mean": y} for n, y in zip((1, 20, 100), ys)]
+
+  s = {"rows": rows(64, (1.0, 1.15, 1.15)) + rows(32, (5.0, 1.0, 9.0))}
+  v = C.judge_fig2b_plateau(s, {})
+  assert v == Verdict(HOLDS, "×1.15 from N = 1 to 20, then +0 % to N = 100; slope ratio "
+                             "after/before 0"), v
+  ratio = (math.log(2) / math.log(5)) / (math.log(10) / math.log(20))
+  v = C.judge_fig2b_plateau({"rows": rows(64, (0.1, 1.0, 2.0))}, {})
+  assert v == Verdict(FAILS, f"×10 from N = 1 to 20, then +100 % to N = 100; slope ratio "
+                             f"after/before {ratio:.4g}"), v
+
+
+def test_fig2b_converge_derived_reads_the_largest_l_only():
+  """fig2b-converge-derived takes the reconstructed E at the largest L only."""
+  rows = [{"L": L, "N": n, "d_sum_mean": d, "expected_mean": e}
+          for L, n, d, e in ((1024, 1, 1.0, 0.5), (1024, 100, 5.0, 4.75),
+                             (512, 1, 1.0, 0.1), (512, 100, 5.0, 1.0))]
+  assert C.judge_fig2b_converge_derived({"rows": rows}, {}) == Verdict(
+      HOLDS, "relative gap 0.5 at N = 1, 0.05 at N = 100")

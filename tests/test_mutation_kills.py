@@ -2397,3 +2397,23 @@ def test_fig2b_converge_derived_reads_the_largest_l_only():
                              (512, 1, 1.0, 0.1), (512, 100, 5.0, 1.0))]
   assert C.judge_fig2b_converge_derived({"rows": rows}, {}) == Verdict(
       HOLDS, "relative gap 0.5 at N = 1, 0.05 at N = 100")
+
+
+@pytest.mark.parametrize("ys", [[0.0, 1.0, 2.0], [1.0, 2.0, 0.0], [1.0, -1.0, 2.0]])
+def test_saturation_needs_positive_values_at_each_of_the_three_points(ys):
+  """criteria.saturation: a value ≤ 0 at the first N, the knee or the last N is Missing with
+  exactly its one line (a log of it would be a math error)."""
+  from limits.claims.core import Missing
+  from limits.claims.criteria import saturation
+  with pytest.raises(Missing) as e:
+    saturation([1, 16, 64], ys, 16)
+  assert str(e.value) == "positive values at the first N, the knee and the last N"
+
+
+def test_fig2b_tightens_norm_reading_reads_both_norm_columns():
+  """fig2b-tightens under AMBIG-1 = norm: d_max/d̃ from d_norm_mean and dmax_norm_mean (4/2,
+  3/2 at N = 20, 100), not from the sum columns."""
+  rows = [{"L": 64, "N": n, "d_norm_mean": 2.0, "dmax_norm_mean": b, "d_sum_mean": 1.0,
+           "dmax_sum_mean": 8.0} for n, b in ((20, 4.0), (100, 3.0))]
+  assert C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "norm"}) == Verdict(
+      HOLDS, "d_max/d̃ N = 20: 2, N = 100: 1.5")

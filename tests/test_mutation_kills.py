@@ -2417,3 +2417,22 @@ def test_fig2b_tightens_norm_reading_reads_both_norm_columns():
            "dmax_sum_mean": 8.0} for n, b in ((20, 4.0), (100, 3.0))]
   assert C.judge_fig2b_tightens({"rows": rows}, {"AMBIG-1": "norm"}) == Verdict(
       HOLDS, "d_max/d̃ N = 20: 2, N = 100: 1.5")
+
+
+@pytest.mark.parametrize("sat, ok", [
+    ({"change_before": 0.1 * (1 - 1e-12), "before": 1.0, "after": 0.1}, True),
+    ({"change_before": 0.5, "before": -1.0, "after": 0.5 * (1 + 1e-12)}, True)])
+def test_saturates_at_exactly_its_slacks(sat, ok):
+  """criteria.saturates: a move of exactly 0.1·(1 − 1e-12) and a slope ratio of exactly
+  0.5·(1 + 1e-12) still count (≥ and ≤ at the slack itself)."""
+  from limits.claims.criteria import saturates
+  assert saturates(sat, +1) is ok
+
+
+@pytest.mark.parametrize("norm, status", [(0.25 * (1 + 1e-9), HOLDS),
+                                          (np.nextafter(0.25 * (1 + 1e-9), 1), FAILS)])
+def test_cor3_printed_exactly_at_its_slack(norm, status):
+  """cor3-printed: a norm of exactly 1/(4T)·(1 + 1e-9) at T = 1 is not above the bound; the next
+  float is."""
+  s = {"T": [1.0], "counterexample_norm": [float(norm)]}
+  assert judge_cor3_printed(s, {}).status == status

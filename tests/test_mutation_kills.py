@@ -2436,3 +2436,17 @@ def test_cor3_printed_exactly_at_its_slack(norm, status):
   float is."""
   s = {"T": [1.0], "counterexample_norm": [float(norm)]}
   assert judge_cor3_printed(s, {}).status == status
+
+
+def test_assess_single_reading_and_not_testable_records_in_full():
+  """assess returns the whole record: for a claim without ambiguities its claim, the primary
+  Verdict as default and its one labelled reading; for a not-testable primary the same, with
+  robust None."""
+  v = Verdict(HOLDS, "m")
+  single = _ambig_claim(lambda s, r: v, ())
+  assert assessment.assess(single, {}) == assessment.Assessment(
+      single, HOLDS, "single reading", v, (("single reading", v),), True, ())
+  nt = Verdict(NOT_TESTABLE, reason="why")
+  claim = _ambig_claim(lambda s, r: nt, (_B,))
+  assert assessment.assess(claim, {}) == assessment.Assessment(
+      claim, NOT_TESTABLE, "why", nt, (("AMBIG-B B one", nt), ("AMBIG-B B two", nt)), None, ())

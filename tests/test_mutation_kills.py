@@ -2450,3 +2450,33 @@ def test_assess_single_reading_and_not_testable_records_in_full():
   claim = _ambig_claim(lambda s, r: nt, (_B,))
   assert assessment.assess(claim, {}) == assessment.Assessment(
       claim, NOT_TESTABLE, "why", nt, (("AMBIG-B B one", nt), ("AMBIG-B B two", nt)), None, ())
+
+
+def test_assess_flip_untested_and_same_records_in_full():
+  """assess' three judged outcomes as whole records (default Verdict, labelled readings and the
+  excluded reading a3 kept): a flip under a2, a2 not computable, and the same verdict."""
+  from limits.claims.core import Missing
+
+  def judge(s, r):
+    if s[r["AMBIG-A"]] is None:
+      raise Missing("f")
+    return Verdict(s[r["AMBIG-A"]])
+
+  claim = _ambig_claim(judge, (_A,), (("AMBIG-A", "a3", "no reading"),))
+  excl = (("AMBIG-A A three", "AMBIG-A a3: no reading"),)
+
+  def record(a2, label, robust):
+    s = {"a1": HOLDS, "a2": a2, "a3": FAILS}
+    v2 = Verdict(a2) if a2 else Verdict(NOT_TESTABLE, reason="step stepx did not record f")
+    return (assessment.assess(claim, s), assessment.Assessment(
+        claim, HOLDS, label, Verdict(HOLDS), (("AMBIG-A A one", Verdict(HOLDS)),
+                                               ("AMBIG-A A two", v2),
+                                               ("AMBIG-A A three", Verdict(FAILS))), robust, excl))
+
+  got, want = record(FAILS, "flips under AMBIG-A (A two): fails", False)
+  assert got == want
+  got, want = record(None, "same under every computable admissible reading (1 of 2; not "
+                           "computable: step stepx did not record f)", None)
+  assert got == want
+  got, want = record(HOLDS, "same under every admissible reading", True)
+  assert got == want

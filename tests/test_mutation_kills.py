@@ -2480,3 +2480,27 @@ def test_assess_flip_untested_and_same_records_in_full():
   assert got == want
   got, want = record(HOLDS, "same under every admissible reading", True)
   assert got == want
+
+
+def test_distance_series_of_a_nan_length_is_missing():
+  """_series: a hand-edited length "nan" makes the largest L nan, which matches no row: Missing
+  "summary rows with {'L': nan}"."""
+  from limits.claims.core import Missing
+  rows = [{"L": "nan", "N": n, "d_sum_mean": 1.0} for n in (1, 20, 100)]
+  with pytest.raises(Missing, match=r"^summary rows with \{'L': nan\}$"):
+    C.judge_fig2b_plateau({"rows": rows}, {})
+
+
+def test_fig4_inverse_t_checks_every_epsilon_and_its_cap_edge():
+  """fig4-inverse-T: after an ε that cannot follow 1/T (10, first) the next ε is still judged;
+  an ε whose needed rise reaches √2/ε exactly (g = √2/8 at T = 2^-6, ×16^0.75 = ×8) is not
+  vacuous (only above the cap is)."""
+  from limits.claims.judges_gradient import judge_fig4_inverse_t
+  g = {"10": [0.1, 0.1, 0.1, 0.1], "0.01": [1.0, 0.2, 5.0, 5.0]}
+  v = judge_fig4_inverse_t({"T": [0.01, 0.05, 0.1, 1.0], "g": g}, {})
+  assert (v.status, v.measured) == (HOLDS, "log-log slopes ε = 0.01: -1 (T < 0.1)"), v
+  assert v.vacuous.startswith("ε = 10: a 1/T trend is impossible"), v
+  c = math.sqrt(2) / 8
+  assert c * (2 ** -6 / 2 ** -10) ** 0.75 == math.sqrt(2)
+  v = judge_fig4_inverse_t({"T": [2 ** -10, 2 ** -6], "g": {"1": [16 * c, c]}}, {})
+  assert v == Verdict(HOLDS, "log-log slopes ε = 1: -1 (T < 0.1)"), v

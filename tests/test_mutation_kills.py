@@ -2504,3 +2504,17 @@ def test_fig4_inverse_t_checks_every_epsilon_and_its_cap_edge():
   assert c * (2 ** -6 / 2 ** -10) ** 0.75 == math.sqrt(2)
   v = judge_fig4_inverse_t({"T": [2 ** -10, 2 ** -6], "g": {"1": [16 * c, c]}}, {})
   assert v == Verdict(HOLDS, "log-log slopes ε = 1: -1 (T < 0.1)"), v
+
+
+def test_fig4_inverse_t_joins_two_vacuous_epsilons():
+  """fig4-inverse-T: two ε that cannot follow 1/T are joined by "; ", in the vacuous note and in
+  the Missing line when no ε is left."""
+  from limits.claims.core import Missing
+  from limits.claims.judges_gradient import judge_fig4_inverse_t
+  ts, flat = [0.01, 0.05], [0.1, 0.1]
+  v = judge_fig4_inverse_t({"T": ts, "g": {"10": flat, "20": flat, "0.01": [1.0, 0.2]}}, {})
+  parts = v.vacuous.split("; ")
+  assert len(parts) == 2 and parts[0].startswith("ε = 10: ") and parts[1].startswith("ε = 20: ")
+  with pytest.raises(Missing) as e:
+    judge_fig4_inverse_t({"T": ts, "g": {"10": flat, "20": flat}}, {})
+  assert str(e.value) == f"an ε whose curve could follow 1/T ({v.vacuous})"

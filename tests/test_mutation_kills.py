@@ -669,6 +669,24 @@ def test_linear_in_l_names_what_is_missing():
   assert ok
 
 
+@pytest.mark.parametrize("r2,k,ok", [
+    (0.95, 1.0, True), (math.nextafter(0.95, 0.0), 1.0, False),  # R² at its threshold
+    (0.99, 0.8, True), (0.99, math.nextafter(0.8, 0.0), False),  # the exponent's edges
+    (0.99, 1.2, True), (0.99, math.nextafter(1.2, 2.0), False)])
+def test_linear_in_l_thresholds_hold_at_their_edges(monkeypatch, r2, k, ok):
+  """"Grows roughly linearly": R² ≥ 0.95 and the exponent in [0.8, 1.2], each edge included
+  and one float beyond it excluded. No data gives a straight-line R² of exactly 0.95 in
+  floating point, so the fit and the slope are
+  replaced by their values here (the fits themselves: tests/test_stats.py
+  `test_loglog_slope_and_the_criteria_fits`). Kills `r2 >= LINEAR_R2` → `>`
+  (judges_distance.linear_in_l), the twelfth session's one claims survivor not killed."""
+  from limits.claims import judges_distance as jd
+  monkeypatch.setattr(jd, "linear_r2", lambda ls, ys: r2)
+  monkeypatch.setattr(jd, "loglog_slope", lambda ls, ys: k)
+  got, text = jd.linear_in_l([64, 128, 256], [1.0, 2.0, 4.0])
+  assert got is ok, text
+
+
 def test_assessment_labels_for_a_single_reading_and_a_not_testable_primary():
   """assess: a claim without ambiguities is labelled "single reading" (robust); a primary
   reading that is not testable and gives no reason is labelled "not testable", and the

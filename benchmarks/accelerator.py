@@ -165,8 +165,8 @@ def run_budgeted(cmd, budget_s: float, log_path, grace_s: float = 60.0) -> tuple
 
 
 def step_table(out: Path, model: str, quick: bool, rates, windows=None) -> tuple[dict, str]:
-  """Per-step rows (status, seconds, work, floor, ratio) of a reproduction in ``out`` and the
-  Markdown table."""
+  """Per-step rows (status, seconds, work, floor, ratio, CPU seconds, peak resident MB) of a
+  reproduction in ``out`` and the Markdown table."""
   from limits import reproduction as rp
   from limits.records import sources
 
@@ -180,7 +180,7 @@ def step_table(out: Path, model: str, quick: bool, rates, windows=None) -> tuple
   seen: set = set()
   rows = {}
   lines = ["| step | status | wall s | forward GFLOP | stats GFLOP | Gelem | Msort | floor s "
-           "| wall/floor |", "|---|---|---|---|---|---|---|---|---|"]
+           "| wall/floor | CPU s | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
   for step in rp.STEPS:
     st = steps.get(step.name, {"status": "not reached", "seconds": None})
     wk = work.step_work(step.name, rp.step_overrides(step, settings, config.n_positions),
@@ -189,13 +189,15 @@ def step_table(out: Path, model: str, quick: bool, rates, windows=None) -> tuple
     sec = st.get("seconds")
     ratio = sec / floor if sec and floor else None
     rows[step.name] = {"status": st.get("status"), "seconds": sec, "work": wk, "floor_s": floor,
-                       "ratio": ratio}
+                       "ratio": ratio, "cpu_s": st.get("cpu_s"),
+                       "peak_rss_mb": st.get("peak_rss_mb")}
     f = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
     lines.append(f"| {step.name} | {st.get('status')} | {f(sec, '.1f')} | "
                  + (f"{wk['forward_flop'] / 1e9:.1f} | {wk['flop'] / 1e9:.1f} | "
                     f"{wk['elements'] / 1e9:.3f} | {wk['sort_elements'] / 1e6:.1f} | "
                     if wk else "- | - | - | - | ")
-                 + f"{f(floor, '.2f')} | {f(ratio, '.1f')} |")
+                 + f"{f(floor, '.2f')} | {f(ratio, '.1f')} | {f(st.get('cpu_s'), '.1f')} | "
+                 f"{f(st.get('peak_rss_mb'), '.0f')} |")
   return rows, "\n".join(lines) + "\n"
 
 

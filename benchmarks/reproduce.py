@@ -10,7 +10,9 @@ grids on 1 of its 4 windows (a quarter of the paper settings' work). At the star
 measures float32 GEMM, elementwise and sort rates (``benchmarks.work.measure_rates``) and
 the machine's load; per step it prints wall seconds, the work the step has to do (forward and
 statistics GFLOP, elements, sorted entries: ``benchmarks.work.step_work``), the floor those
-rates give and the ratio wall / floor.
+rates give, the ratio wall / floor, the step's CPU seconds (user + system: the better guide on
+a shared machine) and its peak resident memory (the runner's ``wait4`` record); then a bound of
+the run's peak (the largest step's plus the driver's: the steps run one at a time).
 
 Each side runs ``python -m experiments.reproduce`` in a subprocess with the same flags into its
 own folder; the reference runs from a ``git archive`` of ``--reference_rev`` unpacked in a
@@ -35,19 +37,25 @@ from absl import app, flags
 
 from benchmarks import work
 
-flags.DEFINE_string("model", "tiny", "Model spec passed to experiments.reproduce.")
-flags.DEFINE_bool("quick", False, "Pass --quick (small grids).")
-flags.DEFINE_integer("windows", None, "Pass --windows (default: the reproduction's, 1 quick, "
-                     "4 paper).")
-flags.DEFINE_string("only", "", "Comma-separated step names (default every step).")
-flags.DEFINE_string("reference_rev", "", "Git revision to time as the reference (e.g. the "
-                    "commit before the speed work); empty = ours only.")
-flags.DEFINE_integer("pairs", 1, "Alternating (reference, ours) runs.")
-flags.DEFINE_string("out", None, "Write the JSON report here too.")
-flags.DEFINE_bool("reuse", False, "Run nothing: tabulate the finished runs already in "
-                  "--runs_dir (ours0, ref0, ...), with rates measured now.")
-flags.DEFINE_string("runs_dir", None, "Keep each run's output folder here (ours0, ref0, ...; "
-                    "e.g. for experiments.compare); default a temporary folder.")
+
+def define_flags() -> None:
+  """The absl flags, defined only when this module runs as a program (so tests can import it
+  beside other benchmarks that define flags of the same names)."""
+  flags.DEFINE_string("model", "tiny", "Model spec passed to experiments.reproduce.")
+  flags.DEFINE_bool("quick", False, "Pass --quick (small grids).")
+  flags.DEFINE_integer("windows", None, "Pass --windows (default: the reproduction's, 1 quick, "
+                       "4 paper).")
+  flags.DEFINE_string("only", "", "Comma-separated step names (default every step).")
+  flags.DEFINE_string("reference_rev", "", "Git revision to time as the reference (e.g. the "
+                      "commit before the speed work); empty = ours only.")
+  flags.DEFINE_integer("pairs", 1, "Alternating (reference, ours) runs.")
+  flags.DEFINE_string("out", None, "Write the JSON report here too.")
+  flags.DEFINE_bool("reuse", False, "Run nothing: tabulate the finished runs already in "
+                    "--runs_dir (ours0, ref0, ...), with rates measured now.")
+  flags.DEFINE_string("runs_dir", None, "Keep each run's output folder here (ours0, ref0, ...; "
+                      "e.g. for experiments.compare); default a temporary folder.")
+
+
 FLAGS = flags.FLAGS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,7 +97,11 @@ def _read_run(out: Path, wall, code, stderr="") -> dict:
     return res
   if res["wall_s"] is None:
     res["wall_s"] = data.get("seconds")
-  res["steps"] = {n: st.get("seconds") for n, st in data.get("steps", {}).items()}
+  steps = data.get("steps", {})
+  res["steps"] = {n: st.get("seconds") for n, st in steps.items()}
+  res["cpu_s"] = {n: st.get("cpu_s") for n, st in steps.items()}
+  res["peak_rss_mb"] = {n: st.get("peak_rss_mb") for n, st in steps.items()}
+  res["driver_peak_rss_mb"] = data.get("driver_peak_rss_mb")
   for row in data.get("claims", []):
     res["verdicts"][row.get("id") or row.get("ref", "?")] = row.get("verdict")
   return res
@@ -149,11 +161,16 @@ def main(argv):
   names = list(runs["ours"][0]["steps"]) if runs["ours"] else []
   print(f"{'step':34s} {'ours s':>8s} {'ref s':>8s} {'ref/ours':>8s} {'fwd GF':>8s} "
         f"{'stat GF':>8s} {'Gelem':>7s} {'Msort':>7s} {'floor s':>8s} {'ours/fl':>7s} "
-        f"{'ref/fl':>7s}")
+        f"{'ref/fl':>7s} {'CPU s':>8s} {'peak MB':>8s}")
   for name in names:
     o = [r["steps"].get(name) for r in runs["ours"] if r["steps"].get(name) is not None]
     f = [r["steps"].get(name) for r in runs["reference"] if r["steps"].get(name) is not None]
+    cpu = [r.get("cpu_s", {}).get(name) for r in runs["ours"]]
+    peak = [r.get("peak_rss_mb", {}).get(name) for r in runs["ours"]]
     row = {"ours_s": statistics.median(o) if o else None,
+           "ours_cpu_s": statistics.median(c for c in cpu if c is not None)
+           if any(c is not None for c in cpu) else None,
+           "ours_peak_rss_mb": max((m for m in peak if m is not None), default=None),
            "reference_s": statistics.median(f) if f else None,
            "paper_min": PAPER_MIN.get(name), "work": works.get(name)}
     if row["ours_s"] and row["reference_s"]:
@@ -174,14 +191,23 @@ def main(argv):
                fmt(row.get("reference_over_floor"), "7.1f")]
     else:
       cols += ["-"] * 7
+    cols += [fmt(row["ours_cpu_s"], "8.1f"), fmt(row["ours_peak_rss_mb"], "8.0f")]
     paper = f"  (paper: {row['paper_min']} min)" if row["paper_min"] else ""
-    print(f"{name:34s} " + " ".join(f"{c:>8s}" if i < 6 else f"{c:>7s}"
+    print(f"{name:34s} " + " ".join(f"{c:>8s}" if i < 6 or i > 8 else f"{c:>7s}"
                                      for i, c in enumerate(cols)) + paper)
   print(f"load at start: {load_start}; at end: {report['load_end']}")
   if not runs["ours"]:
     print("no finished run of ours to report")
     return
   wo = statistics.median(r["wall_s"] for r in runs["ours"])
+  peaks = [r["ours_peak_rss_mb"] for r in report["steps"].values()
+           if r.get("ours_peak_rss_mb") is not None]
+  if peaks:  # the steps run one at a time: the run's peak is at most its largest step's +
+    # the driver's (each step's record is an upper bound of its own: runner._wait_with_usage)
+    drv = max((r.get("driver_peak_rss_mb") or 0 for r in runs["ours"]), default=0)
+    report["peak_rss_mb"] = max(peaks) + drv
+    print(f"peak resident memory ≤ {max(peaks) + drv:.0f} MB (largest step {max(peaks):.0f} MB "
+          f"+ the driver's {drv:.0f} MB; the steps run one at a time)")
   print(f"total wall: ours {wo:.0f} s" + (
       f", reference {statistics.median(r['wall_s'] for r in runs['reference']):.0f} s"
       if runs["reference"] else ""))
@@ -195,4 +221,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -71,7 +71,7 @@ def test_budgeted_run_gets_sigterm_when_the_budget_is_spent(tmp_path):
 
 
 def test_step_table_ratio_is_wall_over_floor(tmp_path):
-  steps = {"vanishing": {"status": "ok", "seconds": 12.0},
+  steps = {"vanishing": {"status": "ok", "seconds": 12.0, "cpu_s": 20.25, "peak_rss_mb": 812.4},
            "gradient_synthetic": {"status": "ok", "seconds": 3.0},
            "distance_vary_n": {"status": "interrupted", "seconds": None}}
   (tmp_path / "results.json").write_text(json.dumps({"results": {"steps": steps}}))
@@ -84,3 +84,21 @@ def test_step_table_ratio_is_wall_over_floor(tmp_path):
   assert rows["distance_vary_n"]["status"] == "interrupted" and rows["distance_vary_n"]["ratio"] is None
   assert rows["separability_model"]["status"] == "not reached"
   assert table.count("\n") == len(rp.STEP_NAMES) + 2
+  assert (van["cpu_s"], van["peak_rss_mb"]) == (20.25, 812.4)
+  line = next(ln for ln in table.splitlines() if ln.startswith("| vanishing |"))
+  assert line.endswith("| 20.2 | 812 |"), line  # CPU s, peak RSS MB: the runner's record
+  assert rows["gradient_synthetic"]["peak_rss_mb"] is None  # not recorded: shown as '-'
+
+
+def test_reproduce_benchmark_reads_cpu_and_peak_per_step(tmp_path):
+  from benchmarks import reproduce as bench
+
+  steps = {"vanishing": {"status": "ok", "seconds": 12.0, "cpu_s": 20.0, "peak_rss_mb": 812.0},
+           "gradient": {"status": "ok", "seconds": 3.0}}
+  (tmp_path / "results.json").write_text(json.dumps({"results": {"steps": steps,
+                                                                 "driver_peak_rss_mb": 95.5}}))
+  run = bench._read_run(tmp_path, 15.0, 0)
+  assert run["driver_peak_rss_mb"] == 95.5
+  assert run["steps"] == {"vanishing": 12.0, "gradient": 3.0}
+  assert run["cpu_s"] == {"vanishing": 20.0, "gradient": None}
+  assert run["peak_rss_mb"] == {"vanishing": 812.0, "gradient": None}

@@ -99,7 +99,7 @@ def test_scan_batches_make_no_implicit_host_transfer(cache):
     if cache < 1 << 20:  # each batch reads the records again: from memory here
       recs = {np.asarray(tok[w]).tobytes(): r for w, r in enumerate(_records(params, tok))}
       ev.layer_source = lambda t: iter(recs[np.asarray(jax.device_get(t))[0].tobytes()])
-    (wj, xj, top, win), *_ = next(iter(fast._windows())) if fast._keep else fast._prepared(0)
+    (wj, xj, top, win) = (fast._cache[0][0] if fast._keep else next(fast._layers_of(0)))
     with jax.transfer_guard("disallow"):
       got = fast([1, 2, 3, 5])
       for key, v in want.items():
@@ -109,6 +109,42 @@ def test_scan_batches_make_no_implicit_host_transfer(cache):
                              kmax=fast.kmax, inclusion=ev.inclusion, bound=False,
                              blocks=fast.blocks, printed=True, dtype="float64", window=win,
                              top=top, lean=True)
+
+
+def _live_square_arrays_per_call(n_layer, cache, monkeypatch, L=24):
+  """The most device arrays of shape (..., L, L) alive at any layer-kernel call of one scan
+  batch after the first (float64, random GPT-2 of n_layer layers × 3 heads, 2 windows)."""
+  from limits.distance import kernels, scan
+
+  config = gpt2.Config(n_layer=n_layer, n_head=3, n_embd=24, n_positions=64, vocab_size=50)
+  seen = []
+  real = kernels.layer_kernel
+
+  def counting(*args, **kw):
+    seen.append(sum(1 for a in jax.live_arrays() if a.ndim >= 2 and a.shape[-2:] == (L, L)))
+    return real(*args, **kw)
+
+  with jax.enable_x64(True):
+    params = gpt2.init_params(jax.random.key(3), config, dtype=np.float64)
+    ev = distance_model.ModelEvaluator(params, config, dtype=np.float64, ks_dtype=np.float64)
+    tok = np.random.default_rng(4).integers(0, config.vocab_size, (2, L)).astype(np.int32)
+    fast = ScanSamples(ev, tok, 6, cache_bytes=cache)
+    fast([1, 2])
+    monkeypatch.setattr(scan.kernels, "layer_kernel", counting)
+    fast([3, 4])
+  return max(seen)
+
+
+def test_scan_without_kept_records_holds_one_layer_at_a_time(monkeypatch):
+  """Records too large to keep (L = 4,096 on SmolLM2: 30 layers × 604 MB) are read again per
+  batch, one layer at a time: the (L, L) arrays alive at a layer-kernel call do not grow with
+  the number of layers (2 → 6 layers). The other side: kept records (cache 1 GiB) are all
+  alive, so their count grows with the layers (by ≥ 4 from 2 to 6 layers: a weights array
+  per layer)."""
+  streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
+  kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]
+  assert streamed[1] == streamed[0], streamed
+  assert kept[1] - kept[0] >= 4, kept
 
 
 def _records(params, tok):

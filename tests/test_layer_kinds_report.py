@@ -38,6 +38,14 @@ def test_by_layer_kind_means_and_medians():
   assert med["local"]["rows"][0]["heads"] == 4 and med["local"]["rows"][0]["d_sum_median"] == 60.0
 
 
+def test_a_window_of_one_key_is_a_local_layer():
+  """W = 1 (a query sees itself only) is still a sliding window: the smallest W > 0 counts as
+  local, 0 as global (kills `int(w) > 0` → `> 1` in stats.by_layer_kind)."""
+  split = stats.by_layer_kind(_distance_rows(), [1, 0, 0], ["d_sum"], by=("L", "N"))
+  assert split["local"]["layers"] == [0] and split["local"]["windows"] == [1]
+  assert split["global"]["layers"] == [1, 2]
+
+
 @pytest.mark.parametrize("windows", [None, [0, 0, 0]])
 def test_no_split_without_sliding_windows(windows):
   assert stats.by_layer_kind(_distance_rows(), windows, ["d_sum"]) is None

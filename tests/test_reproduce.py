@@ -14,7 +14,10 @@ parent (SIGTERM or SIGKILL) ends the running step.
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -272,6 +275,43 @@ def test_truncated_results_rerun_without_traceback(tmp_path, capsys, monkeypatch
   assert "skipped" not in again["gradient_synthetic"], again
   assert "running it again" in stdout and "done earlier" not in stdout
   json.loads(path.read_text())  # whole again
+
+
+_ALLOC_STEPS = r"""
+import json, sys
+from pathlib import Path
+from limits import reproduction as rp
+from limits.reproduction import runner
+out = Path(sys.argv[1])
+def step(mb, cpu):
+  over = {"mb": mb, "cpu": cpu}
+  return rp.Step(name=f"alloc{mb}", module="tests.alloc_step", full=over, quick=over,
+                 uses_model=False)
+print(json.dumps([runner.run_step(step(mb, cpu), out, rp.Settings(quick=True), None,
+                                  resume=False) for mb, cpu in ((300, 0.6), (0, 0))]))
+"""
+
+
+def test_step_record_has_cpu_seconds_and_peak_memory(tmp_path):
+  """The runner's ``wait4`` record of a step (what benchmarks.reproduce and report.md show):
+  a step that touches 300 MB peaks at ≥ 300 MB, one that touches none stays < 100 MB; 0.6 s
+  of CPU spun is ≥ 0.5 CPU s, none is < 0.5 (start-up is ~0.05 s). CPU time, not wall time:
+  the test holds on a loaded machine. The runner runs in a fresh interpreter, as
+  ``experiments.reproduce`` does: the kernel counts the launching process's resident
+  high-water mark into the step's (the exec replaces its memory), so under pytest (hundreds
+  of MB) the empty step would read as large as this process; there it is ~40 MB."""
+  p = subprocess.run([sys.executable, "-c", _ALLOC_STEPS, str(tmp_path)], capture_output=True,
+                     text=True, timeout=120, check=False,
+                     cwd=Path(__file__).resolve().parent.parent)
+  assert p.returncode == 0, p.stderr
+  big, small = json.loads(p.stdout.strip().splitlines()[-1])
+  assert big["peak_rss_mb"] >= 300 and 1 < small["peak_rss_mb"] < 100, (big, small)
+  assert big["cpu_s"] >= 0.5 > small["cpu_s"] >= 0, (big, small)
+  assert big["status"] == "failed" and big["error"].endswith("results.json is missing"), big
+  report = rp.render_report([], {"alloc300": big}, rp.Settings(quick=True), 1.0, None,
+                            {"hold": 0})
+  line = next(ln for ln in report.splitlines() if ln.startswith("| alloc300 |"))
+  assert f"| {big['cpu_s']:.1f} | {big['peak_rss_mb']:.0f} |" in line, line
 
 
 # --- a failed step and an interrupted parent -------------------------------------------------

@@ -41,7 +41,9 @@ import tarfile
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # group -> (modules mutated, test files that cover them)
 GROUPS = {
-    "stats": (["limits/stats.py"], ["tests/test_stats.py", "tests/test_mutation_kills.py"]),
+    # test_layer_kinds_report: stats.by_layer_kind (issue 29), reached by no other group test
+    "stats": (["limits/stats.py"], ["tests/test_stats.py", "tests/test_mutation_kills.py",
+                                    "tests/test_layer_kinds_report.py"]),
     "bounds": (["limits/bounds.py"], ["tests/test_bounds.py", "tests/test_mutation_kills.py"]),
     "selection": (["limits/selection.py"], ["tests/test_selection.py"]),
     "claims": (["limits/claims/judges_*.py", "limits/claims/assessment.py",

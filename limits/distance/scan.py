@@ -11,9 +11,10 @@ without waiting, and one transfer to the host per batch. Same values as the hook
 (``ModelEvaluator.head_stats`` with a ``PrintedExpectations`` hook): tests/test_distance_scan.py.
 
 Where the kept records do not fit in ``cache_bytes`` (the evaluator's, 3 GB by default),
-each batch reads the records again (from the records store or a forward) and reuses the kept
-selection order (int32, (kmax + 1)/L of the weights' size) when that fits, else selects again:
-same values, more time.
+each batch reads the records again (from the records store or a forward), one layer at a time
+(a layer's records leave the device before the next layer's are read: the peak is one layer's,
+not the model's), and reuses the kept selection order (int32, (kmax + 1)/L of the weights'
+size) when that fits, else selects again: same values, more time.
 """
 
 from __future__ import annotations
@@ -73,30 +74,37 @@ class ScanSamples:
     self._tops: dict[int, list] = {}
     self.pad_to = max(1, int(pad_to))  # calls padded to a multiple of it: one compile per L
 
-  def _prepared(self, w: int):
-    """[(weights (G, L, L), x (G, L, d), top, window)] of window w's layers, on the device."""
+  def _layers_of(self, w: int):
+    """Yields (weights (G, L, L), x (G, L, d), top, window) of window w's layers, one layer at a
+    time, on the device (read or computed as they are asked for: nothing of the next layer
+    exists before the caller moves on)."""
     all_ns = jax.device_put(np.arange(1, self.n_max + 1, dtype=np.int32))  # explicit
-    out, tops = [], self._tops.get(w)
+    tops = self._tops.get(w)
+    new_tops = []
     tok = jax.device_put(self.tokens[w:w + 1])  # (1, L)
     for i, (wts, x, win) in enumerate(self.ev._layers(tok, self.dtype, cast_weights=False)):
       wj, xj, _, _ = kernels._device_arrays(wts, x, self.dtype)
       top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
                                                    blocks=self.blocks, window=win)
-      out.append((wj, xj, top, win))
-    if self._keep_top and not self._keep and not tops:
-      self._tops[w] = [layer[2] for layer in out]
-    return out
+      if self._keep_top and not self._keep and not tops:
+        new_tops.append(top)
+      yield wj, xj, top, win
+    if new_tops:
+      self._tops[w] = new_tops
 
   def _windows(self):
+    """Per window, an iterable of its layers: the kept lists, or (records not kept) a
+    generator that reads one layer at a time."""
     if self._cache is not None:
       yield from self._cache
       return
     kept = []
     for w in range(self.tokens.shape[0]):
-      layers = self._prepared(w)
       if self._keep:
-        kept.append(layers)
-      yield layers
+        kept.append(list(self._layers_of(w)))
+        yield kept[-1]
+      else:
+        yield self._layers_of(w)
     if self._keep:
       self._cache = kept
 
@@ -108,10 +116,14 @@ class ScanSamples:
     nsj = jax.device_put(np.asarray(ns + [ns[-1]] * (-K % self.pad_to), np.int32))  # explicit
     per_window = []
     for layers in self._windows():
-      outs = [kernels.layer_kernel(wj, xj, nsj, kmax=self.kmax, inclusion=self.ev.inclusion,
-                                   bound=False, blocks=self.blocks, printed=True,
-                                   dtype=self.dtype.name, window=win, top=top, lean=True)
-              for wj, xj, top, win in layers]  # dispatched without waiting
+      outs = []
+      for wj, xj, top, win in layers:
+        outs.append(kernels.layer_kernel(wj, xj, nsj, kmax=self.kmax, inclusion=self.ev.inclusion,
+                                         bound=False, blocks=self.blocks, printed=True,
+                                         dtype=self.dtype.name, window=win, top=top, lean=True))
+        if not self._keep:  # records read again: one layer's on the device at a time
+          jax.block_until_ready(outs[-1])
+        del wj, xj, top  # this loop's references (kept records live on in the cache)
       per_window.append(outs)
     got = jax.device_get(per_window)  # one transfer per batch
     sums = {"count": [], "d_sum": [], "d_norm": [], "expected": [],

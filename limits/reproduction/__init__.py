@@ -462,10 +462,16 @@ def render_report(rows: Sequence[Mapping[str, Any]], step_status: Mapping[str, M
     lines += ["", "## Steps that did not finish", ""]
     lines += [f"- {n}: {st.get('error', st.get('status'))}"
               + (f" (log: `{st['log']}`)" if st.get("log") else "") for n, st in failed.items()]
-  lines += ["", "## Steps", "", "| step | status | seconds | command |", "|---|---|---|---|"]
+  lines += ["", "## Steps", "",
+            "Seconds are wall time; CPU seconds are user + system; the peak is the step's resident"
+            " memory high-water mark (the steps run one at a time).", "",
+            "| step | status | seconds | CPU s | peak RSS MB | command |",
+            "|---|---|---|---|---|---|"]
   for name, st in step_status.items():
     secs = ("skipped (done)" if st.get("skipped") else
             f"{st['seconds']:.1f}" if st.get("seconds") is not None else "—")
-    lines.append(f"| {name} | {st['status']} | {secs} | `{st['command']}` |")
+    cpu = f"{st['cpu_s']:.1f}" if st.get("cpu_s") is not None else "—"
+    rss = f"{st['peak_rss_mb']:.0f}" if st.get("peak_rss_mb") is not None else "—"
+    lines.append(f"| {name} | {st['status']} | {secs} | {cpu} | {rss} | `{st['command']}` |")
   lines += ["", "Each step's `results.json` and CSV files hold the numbers behind its rows."]
   return "\n".join(lines) + "\n"

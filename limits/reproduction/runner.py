@@ -12,6 +12,7 @@ Killing the parent (Ctrl-C, SIGTERM, SIGHUP, even SIGKILL) ends the running step
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -119,23 +120,47 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                             env=records_env(out))
     try:
-      code = proc.wait()
+      code, usage = _wait_with_usage(proc)
     except BaseException:
       _terminate(proc)
       raise
   seconds = time.perf_counter() - t0
+  base.update(usage)
   if code == 0:
     try:
       rp.load_results(step_dir)
     except rp.Unreadable as e:
       code, error = -1, f"exited 0 but {e}"
     else:
-      print(f"[{step.name}] ok in {seconds:.1f}s", flush=True)
+      print(f"[{step.name}] ok in {seconds:.1f}s ({usage['cpu_s']:.1f} CPU s, peak RSS "
+            f"{usage['peak_rss_mb']:.0f} MB)", flush=True)
       return {**base, "status": "ok", "seconds": seconds}
   else:
     error = f"exit {code}: {_last_error(log)}"
   print(f"[{step.name}] FAILED in {seconds:.1f}s (reason at the end)", flush=True)
   return {**base, "status": "failed", "exit": code, "error": error, "seconds": seconds}
+
+
+def _own_peak_rss_mb() -> float:
+  """This process's resident high-water mark (MB of 10⁶ bytes)."""
+  unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit / 1e6
+
+
+def _wait_with_usage(proc: subprocess.Popen) -> tuple[int, dict[str, float]]:
+  """Waits for the step (``wait4``) and returns its exit code (negative: killed by that
+  signal, as :meth:`subprocess.Popen.wait`) and its resource use: ``cpu_s`` (user + system
+  seconds) and ``peak_rss_mb`` (the kernel's high-water mark of resident memory, MB of
+  10⁶ bytes). Both include the step's own children that it waited for. The kernel also
+  counts the launching process's high-water mark into it (the exec replaces that memory),
+  so it is the larger of the step's own peak and this process's at launch: an upper bound of
+  the step's. The steps run one at a time, so a reproduction's peak is at most the largest
+  step's plus this driver's (``driver_peak_rss_mb`` in its results)."""
+  _, status, ru = os.wait4(proc.pid, 0)
+  proc.returncode = os.waitstatus_to_exitcode(status)
+  unit = 1 if sys.platform == "darwin" else 1024
+  return proc.returncode, {"cpu_s": ru.ru_utime + ru.ru_stime,
+                           "peak_rss_mb": ru.ru_maxrss * unit / 1e6}
 
 
 def check_prerequisites(steps, settings: rp.Settings) -> tuple[Any | None, str]:
@@ -170,7 +195,8 @@ def write_report(out: Path, status, settings: rp.Settings, seconds: float, confi
   print(next(line for line in report.splitlines() if line.startswith("Paper's claims:")),
         flush=True)
   res.write_results(out, EXPERIMENT, run_config,
-                    {"claims": rows, "tally": tally, "steps": status, "seconds": seconds},
+                    {"claims": rows, "tally": tally, "steps": status, "seconds": seconds,
+                     "driver_peak_rss_mb": _own_peak_rss_mb()},
                     seed=settings.seed)
   return report
 

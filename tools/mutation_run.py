@@ -59,7 +59,7 @@ GROUPS = {
               "limits/gradient/rows.py"],
              ["tests/test_separability.py", "tests/test_distance.py",
               "tests/test_gradient_screen.py", "tests/test_gradient_robustness.py",
-              "tests/test_mutation_kills.py"]),
+              "tests/test_mutation_kills.py", "tests/test_mutation_kills_rows.py"]),
 }
 # group -> tests left out of its run (pytest node ids)
 DESELECT = {

@@ -142,7 +142,10 @@ CASES = {
     "distance_critical_n": ("distance", ["--mode=critical_n", "--lengths=64,128,256,512",
                                          "--windows=1", "--text=TEXT", "--noplot"],
                             ["critical_n.csv"]),
-    "separability_model": ("separability", ["--source=model", "--length=128", "--windows=12",
+    # separability_model 60 windows (was 12) and vanishing 16 windows to L = 512 (was 2 to 256),
+    # twelfth session: with the test run's cheaper compiles their compute after the first
+    # write fell to ~1.5 s, and a "written" moment (up to 1.5 s) came after the end (exit 0).
+    "separability_model": ("separability", ["--source=model", "--length=128", "--windows=60",
                                             "--n_values=1,2,4,8", "--text=TEXT", "--noplot"],
                            ["per_head.csv", "summary.csv"]),
     # 16,384 samples (twelfth session; was 1,024): with the test run's cheaper compiles the
@@ -160,7 +163,7 @@ CASES = {
                                                                 for i in range(12)),
                                     "--t_batch=1", "--rows=16", "--length=32",
                                     "--check_rows=1"], ["gradient.csv", "rows.csv"]),
-    "vanishing": ("vanishing", ["--lengths=32,64,128,256", "--windows=2", "--text=TEXT",
+    "vanishing": ("vanishing", ["--lengths=32,64,128,256,512", "--windows=16", "--text=TEXT",
                                 "--noplot"], ["per_head.csv", "summary.csv"]),
     "sweep": ("sweep", ["--experiment=toy", f"--grid={TOY}", "--batch_size=1", "--seed=3",
                         "--noprogress", "--devices=1"], ["records.csv"]),

@@ -141,10 +141,14 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
   return {**base, "status": "failed", "exit": code, "error": error, "seconds": seconds}
 
 
+def _maxrss_mb(ru) -> float:
+  """``ru_maxrss`` of a resource record in MB of 10⁶ bytes (bytes on macOS, KiB on Linux)."""
+  return ru.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 1e6
+
+
 def _own_peak_rss_mb() -> float:
   """This process's resident high-water mark (MB of 10⁶ bytes)."""
-  unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit / 1e6
+  return _maxrss_mb(resource.getrusage(resource.RUSAGE_SELF))
 
 
 def _wait_with_usage(proc: subprocess.Popen) -> tuple[int, dict[str, float]]:
@@ -158,9 +162,7 @@ def _wait_with_usage(proc: subprocess.Popen) -> tuple[int, dict[str, float]]:
   step's plus this driver's (``driver_peak_rss_mb`` in its results)."""
   _, status, ru = os.wait4(proc.pid, 0)
   proc.returncode = os.waitstatus_to_exitcode(status)
-  unit = 1 if sys.platform == "darwin" else 1024
-  return proc.returncode, {"cpu_s": ru.ru_utime + ru.ru_stime,
-                           "peak_rss_mb": ru.ru_maxrss * unit / 1e6}
+  return proc.returncode, {"cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": _maxrss_mb(ru)}
 
 
 def check_prerequisites(steps, settings: rp.Settings) -> tuple[Any | None, str]:

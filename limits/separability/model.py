@@ -3,10 +3,10 @@ the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
 keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every N a
-rank cut (no L × L cumsum), optional causal query blocks (block b reads only the keys it can
-see; off by default, see :func:`layer_sums`), and
-Theorem 2's ξ_i and bounds over the <= N selected weights in sorted order (prefix sums over N,
-not L). :func:`layer_sums_reference` is the previous path (every row sorted, selection and
+rank cut (no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
+keys it can see, see :func:`layer_sums`), every N at once (one (R·K, d) @ (d, C) product for
+the distances r needs), and Theorem 2's ξ_i and bounds over the <= N selected weights in
+sorted order (sums over N, not L). :func:`layer_sums_reference` is the previous path (every row sorted, selection and
 bounds over whole rows); tests/test_separability.py checks the two agree (float64, ties).
 
 Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees its last

@@ -145,11 +145,13 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
       var = (p * (1 - p) * ratio)[:, None] * (w2_tot[:, None] - w2)
       gap = pref * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
     if bound:
-      r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
       if top_idx is None:
+        r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
         d1 = sqrt0(_d1_sq(sel, rest, dist2, cap=cap, row_block=row_block))
-      else:
-        d1 = sqrt0(_d1_sq_prefix(sel, rest, dist2, top_idx, P, I))
+      else:  # R_N over the (R, k) selection order: the same maximum, no (R, C) pass
+        in_n = jnp.take_along_axis(sel, top_idx, -1)  # (R, k)
+        r_n = sqrt0(jnp.max(jnp.where(in_n, n2[top_idx], 0.0), axis=-1))
+        d1 = sqrt0(_d1_sq_prefix(sel, rest, dist2, top_idx, P, I, in_n=in_n))
       spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
       dmax_sum = (m - alpha_bar) * d1 + r_n * spread
       dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
@@ -253,7 +255,7 @@ def prefix_maxima(dist2):
   return P, first
 
 
-def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
+def _d1_sq_prefix(sel, rest, dist2, idx, P, I, in_n=None):
   """d_1² per row (R,) from the per-key prefix maxima, exact; same values as :func:`_d1_sq`.
 
   For query q and selected j, P[q, j] = max over all visible i of ‖x_j − x_i‖², attained first
@@ -262,10 +264,11 @@ def _d1_sq_prefix(sel, rest, dist2, idx, P, I):
   I_N) are recomputed from the distance rows of their selected keys (``idx`` holds them: no
   compaction) in a loop over those rows only.
   idx (R, k): keys in selection order (the first N of them are I_N); P, I (R, C): rows
-  lo … hi − 1 of :func:`prefix_maxima`.
+  lo … hi − 1 of :func:`prefix_maxima`; in_n: (R, k) ``sel`` at ``idx`` when the caller has it.
   """
   R = idx.shape[0]
-  in_n = jnp.take_along_axis(sel, idx, -1)  # (R, k) the selected keys among them
+  if in_n is None:  # (R, k) the selected keys among them
+    in_n = jnp.take_along_axis(sel, idx, -1)
   pj = jnp.where(in_n, jnp.take_along_axis(P, idx, -1), -jnp.inf)  # (R, k)
   arg = jnp.take_along_axis(I, idx, -1)  # (R, k) farthest visible key from each selected
   # admissible: the farthest key is visible and not selected (with a sliding window the

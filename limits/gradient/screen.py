@@ -29,7 +29,8 @@ two largest weights (α₂ taken over the keys other than one arg-max), ρ = 1 �
 
 **Precision.** The bracket is computed in float32 (one exp per visible key and T, the whole
 cost), from differences l_i − l_max taken in the rows' dtype and then rounded: with
-u = 2⁻²⁴, each d_i = (l_i − l_max)/T has relative error ≤ 3u, so e^{d_i} has relative error
+u = 2⁻²⁴, each d_i = (l_i − l_max)·(1/T) has relative error ≤ 3u (the difference, 1/T and
+the product each rounded once to float32), so e^{d_i} has relative error
 ≤ (3|d_i| + 2)u; keys with d_i < −87 (e^{d_i} below float32's normal range) change sums by
 at most n·2⁻¹²⁵ in absolute terms. The sum over the ≤ w keys adds ≤ w·u, the division u, so
 every α_i (and ρ) used has relative error ≤ (w + 270)u, and each bracket formula (products
@@ -312,8 +313,13 @@ class _Pairs:
 
 
 class Screen:
-  """The all-rows decisions of a run: :meth:`stats` per batch of temperatures, two passes
-  over the rows (the bracket of every pair; then Newton on the pairs it leaves open).
+  """The all-rows decisions of a run: :meth:`stats` for any number of temperatures, two
+  passes over the rows (the bracket of every pair; then Newton on the pairs it leaves open).
+  The task calls it once for every temperature its memory allows (``task.SCREEN_PAIR_BYTES``:
+  the 26 of the paper grid at SmolLM2 paper settings), so the rows are read, cut to their
+  span and their per-row facts computed once, not once per batch of temperatures; each pair
+  keeps 16 bytes on the device between the passes (its widened λ₀/T, λ¹/T in float64) and
+  Lemma 2's bound is recomputed at decision time from the rows' range and count.
 
   rows (R, L) any float dtype (the model's float32 rows stay float32; they are cast to
   ``dtype`` chunk by chunk), mask (R, L) bool; or ``rows`` a

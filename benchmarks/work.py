@@ -8,7 +8,10 @@ the model's config, what the step's claims need at the least, in a one-pass desi
   need: records are computed once per (model, window, L) for the whole reproduction
   (``limits.records``), so a later step reads them;
 - ``flop``: the statistics' matrix products (Alg. 1-3: s_N = A_N X and s_N Xᵀ, 4·L²·d per
-  head and N; Alg. 4: the selected keys' distances, 2·L·n·d per head and n);
+  head and N; Alg. 4: the selected keys' distances, 2·L·n·d per head and n, and ⟨x_j, s_n⟩
+  for every visible key j, L²·d per head and n on the causal half: r is the minimum of
+  ‖α_j x_j − s‖ over all non-selected keys, so each needs its distance; counted since the
+  thirteenth session, after the step's timings were seen: the floor had left it out);
 - ``elements``: the statistics' elementwise passes over the L×L records (one per record read
   plus one per N, temperature or n the step evaluates on a full row);
 - ``sort_elements``: entries sorted (each causal row once per (window, L, layer, head)).
@@ -86,6 +89,7 @@ def step_work(name: str, ov: Mapping[str, Any], config, seen: set) -> dict[str, 
     elif name.startswith("separability_model"):
       ns = _ints(ov.get("n_values", "1"))
       flop += 2.0 * W * NL * H * L * sum(ns) * d
+      flop += 2.0 * d * entries * len(ns)  # r: ⟨x_j, s_n⟩ for every visible key (causal half)
       elements += entries * (1 + len(ns))
       sorts += entries
     elif name == "gradient":

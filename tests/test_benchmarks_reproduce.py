@@ -102,3 +102,14 @@ def test_reproduce_benchmark_reads_cpu_and_peak_per_step(tmp_path):
   assert run["steps"] == {"vanishing": 12.0, "gradient": 3.0}
   assert run["cpu_s"] == {"vanishing": 20.0, "gradient": None}
   assert run["peak_rss_mb"] == {"vanishing": 812.0, "gradient": None}
+
+
+def test_separability_model_floor_counts_every_visible_keys_distance():
+  """Alg. 4: 2·L·n·d per head and n for the selected keys plus L²·d per head and n (causal
+  half) for ⟨x_j, s_n⟩ over every visible key, which r needs; closed form, one window."""
+  c = gpt2.Config(n_layer=2, n_head=3, n_embd=24, n_positions=64, vocab_size=300)
+  got = work.step_work("separability_model", {"model": "m", "windows": 1, "length": 64,
+                                               "n_values": "1,4"}, c, set())
+  NL, H, L, d = 2, 3, 64, 8
+  assert got["flop"] == 2.0 * NL * H * L * 5 * d + 2 * d * (NL * H * L * L / 2) * 2
+  assert got["elements"] == NL * H * L * L / 2 * 3 and got["sort_elements"] == NL * H * L * L / 2

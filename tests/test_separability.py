@@ -516,3 +516,42 @@ def test_device_layer_sums_equal_the_reference_path(blocks):
                                                jnp.asarray(ns), 1.0))
       got = np.asarray(sm.layer_sums(jnp.asarray(ww), jnp.asarray(v), ns, 1.0, blocks=blocks))
       np.testing.assert_allclose(got, ref, rtol=1e-12)
+
+
+def test_float32_records_cast_inside_the_kernel_give_the_float64_sums():
+  """layer_sums on float32 records with dtype=float64 (selection on the float32 values, the
+  cast inside the kernel: the reproduction's path) equals layer_sums_reference on the same
+  values cast to float64 on the host, with float32 ties at the N-th place (rows 100+ of head 1
+  hold six equal weights); and it is not the float32 computation (which differs by > 1e-9)."""
+  from limits.separability import model as sm
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(5)
+    H, L, d = 2, 150, 5
+    w = _causal_softmax_rows(rng, H, L)
+    w[1, 100:, 3:9] = 0.01
+    w32 = w.astype(np.float32)
+    v32 = rng.normal(size=(H, L, d)).astype(np.float32)
+    ns = [1, 2, 4, 8, 16, 32]
+    ref = np.asarray(sm.layer_sums_reference(jnp.asarray(w32, jnp.float64),
+                                             jnp.asarray(v32, jnp.float64), jnp.asarray(ns),
+                                             1.0))
+    got = np.asarray(sm.layer_sums(jnp.asarray(w32), jnp.asarray(v32), ns, 1.0,
+                                   dtype=jnp.float64))
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    f32 = np.asarray(sm.layer_sums(jnp.asarray(w32), jnp.asarray(v32), ns, 1.0))
+    assert np.max(np.abs(f32 - ref) / np.maximum(np.abs(ref), 1e-300)) > 1e-9
+
+
+def test_leave_one_out_product_equals_prefix_suffix_sums_and_keeps_exact_zeros():
+  """The J − I product (short rows) equals the exclusive prefix + suffix sums to 1e-15, and a
+  row with one non-zero entry gives exactly 0 there (where sum(v) − v_i need not)."""
+  from limits.separability.rows import _leave_one_out_sum
+
+  with jax.enable_x64(True):
+    v = jnp.asarray(np.random.default_rng(6).random((3, 4, 129)))
+    np.testing.assert_allclose(np.asarray(_leave_one_out_sum(v, product=True)),
+                               np.asarray(_leave_one_out_sum(v)), rtol=1e-15)
+    one = jnp.zeros((1, 129)).at[0, 7].set(0.3 ** 2)
+    got = np.asarray(_leave_one_out_sum(one, product=True))
+    assert got[0, 7] == 0.0 and np.all(got[0, np.arange(129) != 7] == 0.3 ** 2)

@@ -164,7 +164,7 @@ def window_min_pairwise_distance(x, window: int = 0):
 # Theorem 2.
 # --------------------------------------------------------------------------------------------
 
-def _leave_one_out_sum(v):
+def _leave_one_out_sum(v, product: bool = False):
   """sum_{j != i} v_j for every i, (..., L), without the subtraction sum(v) - v_i.
 
   Built from exclusive prefix and suffix sums, so a row with one non-zero entry gives exactly 0
@@ -172,20 +172,26 @@ def _leave_one_out_sum(v):
   into an FMA and return the rounding residual of v_i^2 (~1e-9), which the square root in xi
   turns into ~3e-5 (seen as a Theorem 2 lower bound of 0.99993 instead of 1 at N = 1).
   """
+  if product:
+    # One product with J − I (0/1 entries): every term is exact and the i-th is an exact 0, so
+    # a row with one non-zero entry still gives exactly 0 (O(L²) per row: for short rows,
+    # where XLA's CPU cumsum, an O(L²) reduce-window, costs more).
+    L = v.shape[-1]
+    return v @ (1 - jnp.eye(L, dtype=v.dtype))
   zero = jnp.zeros_like(v[..., :1])
   before = jnp.concatenate([zero, jnp.cumsum(v[..., :-1], axis=-1)], axis=-1)
   after = jnp.concatenate([jnp.cumsum(v[..., :0:-1], axis=-1)[..., ::-1], zero], axis=-1)
   return before + after
 
 
-def _xi_from_selected(alpha, sel, M, delta):
+def _xi_from_selected(alpha, sel, M, delta, product: bool = False):
   """xi_i (..., L) from a selection mask; 0 outside I_N. delta broadcasts against alpha[..., 0]."""
   dtype = alpha.dtype
   M = jnp.asarray(M, dtype)
   delta = jnp.clip(jnp.asarray(delta, dtype), 0, 2 * M)[..., None]
   w = jnp.where(sel, alpha, 0)
-  s1 = _leave_one_out_sum(w)           # sum over I_N \ {i} of alpha_j
-  s2 = _leave_one_out_sum(w * w)       # sum over I_N \ {i} of alpha_j^2
+  s1 = _leave_one_out_sum(w, product)  # sum over I_N \ {i} of alpha_j
+  s2 = _leave_one_out_sum(w * w, product)  # sum over I_N \ {i} of alpha_j^2
   xi2 = (M * M - delta * delta / 2) * s1 * s1 + (delta * delta / 2) * s2
   return jnp.where(sel, jnp.sqrt(jnp.maximum(xi2, 0)), 0)
 
@@ -200,11 +206,11 @@ def xi(alpha, n, M, delta, mask=None):
   return _xi_from_selected(alpha, top_n_mask(alpha, n, mask), M, delta)
 
 
-def _bounds_from_selected(alpha, sel, M, delta, r, clip=True, printed=False):
+def _bounds_from_selected(alpha, sel, M, delta, r, clip=True, printed=False, product=False):
   dtype = alpha.dtype
   M = jnp.asarray(M, dtype)
   r = jnp.asarray(r, dtype)
-  xis = _xi_from_selected(alpha, sel, M, delta)
+  xis = _xi_from_selected(alpha, sel, M, delta, product)
   n_eff = jnp.sum(sel, axis=-1)
   nf = jnp.maximum(n_eff, 1).astype(dtype)
   xi_sum = jnp.sum(xis, axis=-1)

@@ -242,15 +242,16 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
       window_sums = np.zeros_like(sums)                                # (NL, H, K, F)
       for layer, rec in records.iter_layers(model, tokens[w:w + 1],
                                             fields=record_fields(c.vectors)):
-        weights = jnp.asarray(rec.weights[0], dtype)                   # (H, L, L) on device
-        x = jnp.asarray(record_vectors(rec, c.vectors)[0], dtype)
+        weights = jnp.asarray(rec.weights[0])            # (H, L, L) float32, cast on device
+        x = jnp.asarray(record_vectors(rec, c.vectors)[0])
         if x.ndim == 2:                                                # hidden: (L, D) shared
           x = jnp.broadcast_to(x[None], (H,) + x.shape)
         v = x                                                          # (H, L, d)
         window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
         del rec
         window_sums[layer] = np.asarray(separability_model.layer_sums(  # selection on device
-            weights, v, ns, c.radius, rule=c.rule, window=window), np.float64)  # (H, K, F)
+            weights, v, ns, c.radius, rule=c.rule, window=window, dtype=dtype),
+            np.float64)                                                # (H, K, F)
         sums[layer] += window_sums[layer]
         prog.update(1)
         if layer == NL - 1:

@@ -15,6 +15,10 @@ alternating in one process (``benchmarks.common.alternate``; compiles excluded):
   with the masked ``normalizers.softmax`` (rows cut to their causal span, L2-sized chunks; the
   step at c5f0aa7); ours = the same with the softmax on −inf-masked logits and one reciprocal
   per row (``gradient_rows._softmax_inf``). Agreement: max |Δg|·ε (‖Δα‖ units);
+- ``pass``: the screen over the whole grid of 26 temperatures: reference = one pass over the
+  rows per batch of ``--t_batch`` temperatures (the step until the thirteenth session);
+  ours = one pass for all 26 (``task.SCREEN_PAIR_BYTES``), the rows streamed from the records
+  store one (window, layer) block at a time as the step reads them; same numbers required;
 - the tied-top-two counterexample at one T: reference = jacfwd + the closed-form J and a dense
   SVD of each at length L (``gradient_rows._exact_block``); ours =
   ``gradient_rows.counterexample`` (closed form, numeric check at length 8).
@@ -42,7 +46,7 @@ flags.DEFINE_integer("t_batch", 8, "Temperatures per batch (the experiment's --t
 flags.DEFINE_integer("fd_rows", 256, "Sampled rows per (layer, head) for g(T, eps).")
 flags.DEFINE_integer("pairs", 2, "Alternating (reference, ours) pairs per part.")
 flags.DEFINE_integer("seed", 0, "Seed for the sample and directions.")
-flags.DEFINE_list("parts", ["rows", "g", "cex"], "Parts to time: rows, g, cex.")
+flags.DEFINE_list("parts", ["rows", "g", "cex"], "Parts to time: rows, g, cex, pass.")
 FLAGS = flags.FLAGS
 
 
@@ -80,6 +84,9 @@ def main(argv):
   model = sources.load_model(FLAGS.model)
   n_layer = model.config.n_layer
   layers = sorted({min(int(x), n_layer - 1) for x in FLAGS.layers.split(",")})
+  if FLAGS.parts == ["pass"]:  # the streamed rows only: no (R, L) matrix
+    _part_pass(model, layers)
+    return
   rows, mask, meta = sources.model_logit_rows(model, FLAGS.length, 1, layers=layers)
   R, L = rows.shape
   rows64 = rows.astype(np.float64)
@@ -170,6 +177,34 @@ def _masked_softmax(z, mask=None):
   from limits import normalizers
 
   return normalizers.softmax(z, mask=mask)
+
+
+def _part_pass(model, layers):
+  """The screen over the 26-T grid: a pass per ``--t_batch`` batch against one pass."""
+  from benchmarks import common
+  from limits.gradient import blocks as gradient_blocks
+  from limits.gradient import screen as gradient_screen
+  from limits.gradient import task as gradient
+  from limits.records import sources
+
+  tokens = sources.corpus_windows(model, FLAGS.length, 1)
+  blk = gradient_blocks.RowBlocks.from_model(model, tokens, layers, memory_bytes=0)
+  Ts = gradient.default_temperatures()
+  rtol = 100 * np.finfo(np.float64).eps
+  screen = gradient_screen.Screen(blk, None, np.float64, rtol)
+
+  def per_batch():
+    outs = [screen.stats(Ts[c:c + FLAGS.t_batch]) for c in range(0, len(Ts), FLAGS.t_batch)]
+    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+
+  one = lambda: screen.stats(Ts)
+  a, b = per_batch(), one()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  p = common.alternate(per_batch, one, FLAGS.pairs)
+  print(common.line(f"screen, 26 T over {blk.n_rows} streamed rows (batches of {FLAGS.t_batch} "
+                    "vs one pass)", p), flush=True)
+  return p
 
 
 def _part_cex(L, Ts, rtol):

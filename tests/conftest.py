@@ -27,6 +27,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ or os.environ.get("LIMITS_TEST_
   os.environ["JAX_COMPILATION_CACHE_DIR"] = str(
       Path(__file__).resolve().parent.parent / ".cache" / "jax-tests"
       / os.environ.get("PYTEST_XDIST_WORKER", "main"))
+# The tokenized-corpus cache (limits.records.sources.token_cache_dir) of test runs: beside
+# the compilation cache, never the user's ~/.cache (tests/test_sources.py covers the cache).
+os.environ.setdefault("LIMITS_TOKEN_CACHE", str(
+    Path(__file__).resolve().parent.parent / ".cache" / "tokens-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 

@@ -129,6 +129,23 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
     assert (upper[rows] == want[rows]).any()  # and rows decided by the prefix maxima
 
 
+def test_prefix_maxima_against_a_numpy_loop_with_ties():
+  """prefix_maxima (a scan over the columns): P[q, j] = max_{i <= q} dist2[j, i] and I[q, j]
+  the FIRST i attaining it, against a plain loop, bitwise, on an integer matrix full of ties
+  (a `>=` in the scan would return the last tied index; a row-wise scan the transpose's
+  maxima: the matrix is not symmetric, so both would fail)."""
+  from limits.distance import kernels as df
+
+  rng = np.random.default_rng(11)
+  C = 23
+  d = rng.integers(0, 4, size=(C, C)).astype(np.float64)  # many ties, not symmetric
+  P, I = (np.asarray(v) for v in df.prefix_maxima(jnp.asarray(d)))
+  for q in range(C):
+    for j in range(C):
+      row = d[j, :q + 1]
+      assert P[q, j] == row.max() and I[q, j] == int(np.argmax(row)), (q, j)
+
+
 @pytest.mark.parametrize("blocks", [1, 4])
 def test_printed_expectations_folded_into_layer_stats(blocks):
   """layer_stats_printed: the printed E (both x̄ readings) and E with p = N/L from the layer

@@ -385,3 +385,34 @@ def test_run_temperature_closed_form_tolerance_is_relative_to_the_scale():
   assert run(2 * cf["max_abs"], 0.0)[0]["ok"]
   assert run(cf["max_abs"], 0.0)[0]["ok"]                    # exactly at the tolerance: ok
   assert not run(0.5 * cf["max_abs"], 0.0)[0]["ok"]
+
+
+def test_one_screen_pass_for_all_batches_equals_one_per_batch(monkeypatch):
+  """The task screens every pending temperature in one pass over the rows (task.SCREEN_PAIR_BYTES
+  large) and hands each batch its own temperatures' numbers: equal, number for number, to a
+  screen pass per batch (SCREEN_PAIR_BYTES 0: one pass per t_batch), with batches of 2 over
+  5 temperatures (a short last batch), so a slicing or ordering slip shows as a swapped T."""
+  from limits.gradient import task
+
+  calls = []
+  real = gradient_screen.Screen.stats
+
+  def stats(self, temperatures):
+    calls.append(len(temperatures))
+    return real(self, temperatures)
+
+  monkeypatch.setattr(gradient_screen.Screen, "stats", stats)
+  config = task.GradientConfig(temperatures="0.01,0.3,1,4,30", t_batch=2, rows=48, length=40,
+                               check_rows=0, fd_rows=8, logit_scale=3.0)
+  keys = ("all_rows_n_exceed_paper", "all_rows_n_exceed_tight", "all_rows_n_exceed_lemma2",
+          "all_rows_lemma2_finite", "all_rows_max_T_norm", "all_rows_newton", "all_rows")
+  out = {}
+  with jax.enable_x64(True):
+    for budget in (1 << 30, 0):
+      monkeypatch.setattr(task, "SCREEN_PAIR_BYTES", budget)
+      res = task.run(task.plan(config), log=lambda s: None).results
+      out[budget] = [[s[k] for k in keys] + [s["T"]] for s in res["per_temperature"]]
+  assert calls == [5, 2, 2, 1]  # one pass for all five T, then one per batch
+  assert out[1 << 30] == out[0]
+  assert [row[-1] for row in out[0]] == [0.01, 0.3, 1.0, 4.0, 30.0]
+  assert len({tuple(row[:3]) for row in out[0]}) > 1  # the counts differ between T

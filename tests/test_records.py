@@ -82,6 +82,28 @@ def test_cache_equals_forward_bitwise_and_runs_one_forward(model, tmp_path, coun
   assert np.array_equal(some[0][1].scores, ref[2]["scores"])
 
 
+def test_records_read_from_the_store_never_load_the_weights(model, tmp_path, monkeypatch):
+  """A step whose records are on disk needs the config and tokenizer only: load_model defers
+  the weights (sources.Deferred) and reading records does not touch them; the first use of
+  ``params`` loads them once, equal to models.load's."""
+  store = records.RecordStore(tmp_path)
+  ref = collect(model, store)                               # written with the loaded model
+  loads = []
+  real = models.load
+  monkeypatch.setattr(models, "load", lambda *a, **k: loads.append(1) or real(*a, **k))
+  fresh = sources.load_model(str(model.path))
+  assert loads == [] and isinstance(fresh.__dict__["_params"], sources.Deferred)
+  assert_same(collect(fresh, store), ref)                   # read back: no weights read
+  assert loads == [] and isinstance(fresh.__dict__["_params"], sources.Deferred)
+  params = fresh.params
+  assert loads == [1] and fresh.params is params and loads == [1]
+  flat = lambda p: jax.tree_util.tree_leaves(p)
+  assert all(np.array_equal(a, b) for a, b in zip(flat(params), flat(model.params)))
+  fresh2 = sources.load_model(str(model.path))              # no store: the forward loads them
+  assert_same(collect(fresh2, None), ref)
+  assert loads == [1, 1]
+
+
 def test_no_store_is_the_plain_forward(model, counted):
   assert_same(collect(model, None), reference(model))
 

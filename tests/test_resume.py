@@ -286,7 +286,9 @@ def test_separability_sphere_resumes(tmp_path, monkeypatch):
       x64=False, out_dir=str(out), plot=False)
   run = _locked(separability_task.EXPERIMENT, lambda out: separability_task.run(
       config(out), out, separability_task.grid(config(out))))
-  _check_resume(monkeypatch, tmp_path, run, 2, 4, (sphere, "monte_carlo_detail", 2))  # N=4, 8
+  # a unit is a block of samples (here one chunk of 16: 4 units, every N at once); the rerun
+  # computes the blocks 32-47 and 48-63 only
+  _check_resume(monkeypatch, tmp_path, run, 2, 4, (sphere, "_moments_between", 2))
 
 
 def test_separability_model_resumes(tiny, tmp_path, monkeypatch):

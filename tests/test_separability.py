@@ -271,6 +271,39 @@ def test_chunked_sharded_layout_does_not_change_the_estimate():
   np.testing.assert_allclose(ref.stderr[1], np.std(fr, ddof=1) / math.sqrt(37), rtol=1e-5)
 
 
+def test_monte_carlo_blocks_every_n_at_once_equals_one_n_at_a_time():
+  """The sphere step's path (every N from one draw and one Gram per sample, in blocks a rerun
+  may restore) against monte_carlo_detail called once per N (the path it replaced)."""
+  with jax.enable_x64(True):
+    key = jax.random.key(3)
+    alpha = jnp.stack([sp.synthetic_alpha("softmax", 40, jax.random.key(h), dtype=jnp.float64)
+                       for h in range(2)])
+    ns = [1, 4, 16]
+    per_n = [sp.monte_carlo_detail(key, alpha, n, 6, 1.0, 23, chunk=4) for n in ns]
+    kept = {}
+    got = sp.monte_carlo_blocks(key, alpha, ns, 6, 1.0, 23, chunk=4, blocks=3,
+                                finished=lambda a, b, m, t: kept.__setitem__((a, b), m))
+    assert sorted(kept) == [(0, 8), (8, 16), (16, 23)]   # 6 chunks in 3 blocks of 2 chunks
+    assert got.samples == 23
+    for k in range(len(ns)):   # float64: summation order only (blocks merged pairwise)
+      for field in range(7):
+        np.testing.assert_allclose(got[field][:, k], per_n[k][field], rtol=1e-13, atol=0)
+    # Restored blocks are not recomputed and give the same bits as computing them.
+    computed = []
+    again = sp.monte_carlo_blocks(
+        key, alpha, ns, 6, 1.0, 23, chunk=4, blocks=3,
+        done=lambda a, b: kept.get((a, b)) if a < 16 else None,
+        finished=lambda a, b, m, t: computed.append((a, b)))
+    assert computed == [(16, 23)]
+    for a, b in zip(again[:-1], got[:-1]):
+      np.testing.assert_array_equal(a, b)
+    # A wrong restored block changes the estimate (the restored moments are used).
+    bad = kept[(0, 8)]._replace(total=kept[(0, 8)].total * 0)
+    off = sp.monte_carlo_blocks(key, alpha, ns, 6, 1.0, 23, chunk=4, blocks=3,
+                                done=lambda a, b: bad if a == 0 else None)
+    assert not np.allclose(off.mean, got.mean)
+
+
 def test_monte_carlo_converges_to_pearson_closed_form():
   """L = 3, N = 2, uniform weights, circle (d = 2).
 

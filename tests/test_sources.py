@@ -118,6 +118,47 @@ def test_corpus_windows_are_consecutive_token_slices(model, text_file):
     assert out[w].tolist() == tokens[16 * w:16 * (w + 1)]
 
 
+def test_corpus_tokens_come_from_the_disk_cache_of_exactly_this_tokenizer_and_corpus(
+    model, model_dir, tmp_path, monkeypatch):
+  """The on-disk token cache (every reproduction step is a process of its own): a second
+  process's encode is a read of the same int32 tokens; another corpus, or a changed tokenizer
+  file, is another entry; a corrupt entry is recomputed; ``off`` writes nothing."""
+  cache = tmp_path / "tokens"
+  monkeypatch.setenv(sources.TOKEN_CACHE_ENV, str(cache))
+  calls = []
+  real = model.tokenizer.encode
+  monkeypatch.setattr(model.tokenizer, "encode", lambda t: calls.append(len(t)) or real(t))
+  corpus = lambda text: data.Corpus(text=text, path=tmp_path / "c.txt", source="text",
+                                    sha256=data.sha256_bytes(text.encode("utf-8")))
+  fresh = lambda c: (sources._TOKEN_CACHE.clear(), sources.encode_corpus(model, c))[1]
+  first = fresh(corpus(TEXT))
+  assert calls == [len(TEXT)] and len(list(cache.glob("*.npy"))) == 1
+  again = fresh(corpus(TEXT))                      # a new process: read from disk
+  assert calls == [len(TEXT)] and again.dtype == np.int32
+  np.testing.assert_array_equal(again, real(TEXT))
+  np.testing.assert_array_equal(first, again)
+  other = fresh(corpus(TEXT[:500]))                # another corpus: its own entry
+  assert len(calls) == 2 and other.tolist() == real(TEXT[:500])
+  assert len(list(cache.glob("*.npy"))) == 2
+  (entry,) = [p for p in cache.glob("*.npy") if np.load(p).size == len(first)]
+  entry.write_bytes(b"not an npy file")            # corrupt: recomputed and rewritten
+  np.testing.assert_array_equal(fresh(corpus(TEXT)), first)
+  assert len(calls) == 3 and np.load(entry).tolist() == first.tolist()
+  tok = Path(model_dir) / "tokenizer.json"          # the tokenizer file changes: new entry
+  import os
+  st = tok.stat()
+  os.utime(tok, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+  try:
+    fresh(corpus(TEXT))
+  finally:
+    os.utime(tok, ns=(st.st_atime_ns, st.st_mtime_ns))
+  assert len(calls) == 4 and len(list(cache.glob("*.npy"))) == 3
+  monkeypatch.setenv(sources.TOKEN_CACHE_ENV, "off")
+  assert sources.token_cache_dir() is None
+  fresh(corpus(TEXT))
+  assert len(calls) == 5 and len(list(cache.glob("*.npy"))) == 3
+
+
 def test_corpus_windows_from_data_dir_and_env(model, tmp_path, monkeypatch, no_corpus):
   (tmp_path / data.FILENAME).write_text(TEXT, encoding="utf-8")
   expected = np.asarray(model.tokenizer.encode(TEXT)[:20]).reshape(2, 10)

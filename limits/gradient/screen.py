@@ -29,7 +29,8 @@ two largest weights (α₂ taken over the keys other than one arg-max), ρ = 1 �
 
 **Precision.** The bracket is computed in float32 (one exp per visible key and T, the whole
 cost), from differences l_i − l_max taken in the rows' dtype and then rounded: with
-u = 2⁻²⁴, each d_i = (l_i − l_max)/T has relative error ≤ 3u, so e^{d_i} has relative error
+u = 2⁻²⁴, each d_i = (l_i − l_max)·(1/T) has relative error ≤ 3u (the difference, 1/T and
+the product each rounded once to float32), so e^{d_i} has relative error
 ≤ (3|d_i| + 2)u; keys with d_i < −87 (e^{d_i} below float32's normal range) change sums by
 at most n·2⁻¹²⁵ in absolute terms. The sum over the ≤ w keys adds ≤ w·u, the division u, so
 every α_i (and ρ) used has relative error ≤ (w + 270)u, and each bracket formula (products
@@ -99,29 +100,38 @@ def _row_facts(l, m):
 
 
 def _screen_chunk(l, m, T, *, dtype):
-  """The float32 bracket and Lemma 2's bound for a chunk: l, m (B, w); T (K,) in ``dtype``.
-  Returns λ₀, λ¹ (B, K) float32 (NaN where the screen cannot be trusted) and l2 (B, K)."""
+  """The float32 bracket for a chunk: l, m (B, w); T (K,) in ``dtype``. Returns λ₀, λ¹ (B, K)
+  float32 (NaN where the screen cannot be trusted) and the row facts (r, n) of Lemma 2's bound
+  (:func:`lemma2`): the visible range (B,) in ``dtype`` and the visible count (B,)."""
   import jax.numpy as jnp
 
   f32 = jnp.float32
   _, l1, l2, others, r, n = _row_facts(l, m)
   T32 = T.astype(f32)
+  inv = (1 / T).astype(f32)  # (K,) 1/T rounded once: d·(1/T) has the 3u error of d/T
   d = jnp.where(others, l - l1[:, None], 0).astype(f32)  # (B, w) <= 0, rounded once
-  e = jnp.where(others[:, None, :], jnp.exp(d[:, None, :] / T32[None, :, None]), 0)  # (B,K,w)
+  e = jnp.where(others[:, None, :], jnp.exp(d[:, None, :] * inv[None, :, None]), 0)  # (B,K,w)
   s_o = jnp.sum(e, axis=-1)  # (B, K) Σ over the keys other than the arg-max
   S = 1 + s_o
   d2 = jnp.where(n >= 2, (l2 - l1).astype(f32), -jnp.inf)  # (B,)
   a1, rho = 1 / S, s_o / S
-  a2 = jnp.exp(d2[:, None] / T32[None, :]) / S
+  a2 = jnp.exp(d2[:, None] * inv[None, :]) / S
   lo, hi = bracket(a1, a2, rho)
   ok = (T32 >= _T_MIN) & (T32 <= _T_MAX)
   lo = jnp.where(ok[None, :], lo, jnp.nan)
   hi = jnp.where(ok[None, :], hi, jnp.nan)
-  # Lemma 2 (softmax): (e^{r/T} + e^{2r/T})/(T·n), the formula of bounds.softmax_lemma2_bound.
-  rc = r.astype(dtype)[:, None]
-  nn = jnp.maximum(n, 1).astype(dtype)[:, None]
-  lem = (jnp.exp(rc / T[None, :]) + jnp.exp(2 * rc / T[None, :])) / (T[None, :] * nn)
-  return lo, hi, lem
+  return lo, hi, (r.astype(dtype), n)
+
+
+def lemma2(r, n, T):
+  """Lemma 2's softmax bound (e^{r/T} + e^{2r/T})/(T·n) (the formula of
+  ``bounds.softmax_lemma2_bound``): r, n (N,) a row's visible range and count, T (K,) →
+  (N, K) in T's dtype (inf where it overflows)."""
+  import jax.numpy as jnp
+
+  rc = r.astype(T.dtype)[:, None]
+  nn = jnp.maximum(n, 1).astype(T.dtype)[:, None]
+  return (jnp.exp(rc / T[None, :]) + jnp.exp(2 * rc / T[None, :])) / (T[None, :] * nn)
 
 
 def _gather(rows, mask, idx, width, dtype):
@@ -132,9 +142,9 @@ def _gather(rows, mask, idx, width, dtype):
 @functools.lru_cache(maxsize=None)
 def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
   """jit: (rows (R, L), mask (R, L), idx (C·B,), T (K,)) → one span group's λ₀/T and λ¹/T
-  widened by the margin (N, K), Lemma 2's bound (N, K), where the bracket is finite (N, K) and
-  the largest λ₀/T per T (K,). The first ``n`` of the N = C·B positions are rows; the rest is
-  padding."""
+  widened by the margin (N, K) (NaN where the bracket is not finite), its rows' visible range
+  r and count (N,) (Lemma 2's bound: :func:`lemma2`) and the largest λ₀/T per T (K,). The
+  first ``n`` of the N = C·B positions are rows; the rest is padding."""
   import jax
   import jax.numpy as jnp
   from jax import lax
@@ -147,13 +157,15 @@ def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
       l, m = _gather(rows, mask, ix, width, dtype)
       return _screen_chunk(l, m, T, dtype=dtype)
 
-    lo, hi, lem = (o.reshape((-1,) + o.shape[2:]) for o in lax.map(one, idx.reshape(-1, chunk)))
+    lo, hi, (r, cnt) = lax.map(one, idx.reshape(-1, chunk))
+    lo, hi, r, cnt = (o.reshape((-1,) + o.shape[2:]) for o in (lo, hi, r, cnt))
     lo_n = (lo.astype(dtype) * (1 - delta) - _ABS) / T  # (N, K), norm units
     hi_n = (hi.astype(dtype) * (1 + delta) + _ABS) / T
     live = (jnp.arange(lo.shape[0]) < n)[:, None]
     valid = jnp.isfinite(lo_n) & jnp.isfinite(hi_n)
     max_lo = jnp.max(jnp.where(live & valid, lo_n, -jnp.inf), axis=0)  # (K,)
-    return lo_n, hi_n, lem, valid, max_lo
+    nan = jnp.asarray(jnp.nan, dtype)
+    return jnp.where(valid, lo_n, nan), jnp.where(valid, hi_n, nan), r, cnt, max_lo
 
   return jax.jit(fn)
 
@@ -162,11 +174,14 @@ def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
 def _decide_fn(n: int, rtol: float):
   """jit: the bracket's decisions. A pair is left to Newton (``und``) unless its widened
   bracket is on one side of each threshold (Lemma 2's only where finite) and its upper end is
-  below the largest lower end of its T (then it cannot be the max)."""
+  below the largest lower end of its T (then it cannot be the max). Also returns Lemma 2's
+  bound (N, K), from the rows' range r and count (N,)."""
   import jax
   import jax.numpy as jnp
 
-  def fn(lo_n, hi_n, lem, valid, max_lo, paper, tight):
+  def fn(lo_n, hi_n, r, cnt, max_lo, T, paper, tight):
+    lem = lemma2(r, cnt, T)  # (N, K)
+    valid = jnp.isfinite(lo_n) & jnp.isfinite(hi_n)
     thr_p, thr_t = paper * (1 + rtol), tight * (1 + rtol)  # (K,)
     thr_l = lem * (1 + rtol)  # (N, K)
     fin = jnp.isfinite(lem)
@@ -178,12 +193,12 @@ def _decide_fn(n: int, rtol: float):
     und = ~(decided(thr_p) & decided(thr_t) & (decided(thr_l) | ~fin)
             & (hi_n < max_lo)) & live  # (N, K)
     keep = live & ~und
-    cnt = lambda x: jnp.sum(x & keep, axis=0, dtype=jnp.int32)
-    counts = {"n_exceed_paper": cnt(lo_n > thr_p), "n_exceed_tight": cnt(lo_n > thr_t),
-              "n_exceed_lemma2": cnt(fin & (lo_n > thr_l)),
+    cnt_ = lambda x: jnp.sum(x & keep, axis=0, dtype=jnp.int32)
+    counts = {"n_exceed_paper": cnt_(lo_n > thr_p), "n_exceed_tight": cnt_(lo_n > thr_t),
+              "n_exceed_lemma2": cnt_(fin & (lo_n > thr_l)),
               "lemma2_finite": jnp.sum(fin & live, axis=0, dtype=jnp.int32),
               "newton": jnp.sum(und, axis=0, dtype=jnp.int32)}
-    return und, counts, jnp.sum(und)
+    return und, counts, jnp.sum(und), lem
 
   return jax.jit(fn)
 
@@ -298,8 +313,13 @@ class _Pairs:
 
 
 class Screen:
-  """The all-rows decisions of a run: :meth:`stats` per batch of temperatures, two passes
-  over the rows (the bracket of every pair; then Newton on the pairs it leaves open).
+  """The all-rows decisions of a run: :meth:`stats` for any number of temperatures, two
+  passes over the rows (the bracket of every pair; then Newton on the pairs it leaves open).
+  The task calls it once for every temperature its memory allows (``task.SCREEN_PAIR_BYTES``:
+  the 26 of the paper grid at SmolLM2 paper settings), so the rows are read, cut to their
+  span and their per-row facts computed once, not once per batch of temperatures; each pair
+  keeps 16 bytes on the device between the passes (its widened λ₀/T, λ¹/T in float64) and
+  Lemma 2's bound is recomputed at decision time from the rows' range and count.
 
   rows (R, L) any float dtype (the model's float32 rows stay float32; they are cast to
   ``dtype`` chunk by chunk), mask (R, L) bool; or ``rows`` a
@@ -329,15 +349,15 @@ class Screen:
                                                         idx.dtype)]))
 
   def _bracket_pass(self, Td, K):
-    """Pass 1: per span group w, the widened bracket, Lemma 2's bound and validity of its
-    rows (n_w, K) on the device, its rows (global, ascending) and first row; and the largest
+    """Pass 1: per span group w, the widened bracket (n_w, K) and the row facts of Lemma 2's
+    bound (n_w,) on the device, its rows (global, ascending) and first row; and the largest
     λ₀/T per T over every row."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     dt = self.dtype
-    parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n, lem, valid)]
+    parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n (n, K), r, count (n,))]
     first: dict = {}
     max_lo = np.full(K, -np.inf, dt)
     for start, rows, mask in self.source.blocks():
@@ -388,9 +408,9 @@ class Screen:
     self.max_norm = np.full(K, -np.inf, dt)
     self.nan = np.zeros(K, bool)
     open_pairs = []
-    for w, (rows, lo_n, hi_n, lem, valid) in groups.items():
-      und, counts, n_und = _decide_fn(rows.size, self.rtol)(lo_n, hi_n, lem, valid, max_lo_d,
-                                                            pd, td)
+    for w, (rows, lo_n, hi_n, r, cnt) in groups.items():
+      und, counts, n_und, lem = _decide_fn(rows.size, self.rtol)(lo_n, hi_n, r, cnt, max_lo_d,
+                                                                 Td, pd, td)
       counts, n_und_h = jax.device_get((counts, n_und))
       for key, v in counts.items():
         self.total[key] += v

@@ -50,6 +50,8 @@ __all__ = ["EXPERIMENT", "GradientConfig", "Plan", "Result", "Rows", "check_temp
 EXPERIMENT = "gradient"
 UNIT = "t_batch"  # the resumable unit (limits.runs.resume): one batch of temperatures
 DEFAULT_EPSILONS = "1e-3,1e-1,10"
+SCREEN_PAIR_BYTES = 1 << 30  # the screen's per-(row, T) memory for one pass over the rows
+SCREEN_BYTES_PER_PAIR = 16  # its widened bracket λ₀/T, λ¹/T in float64 (screen.Screen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,6 +346,21 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
   fd_pos = np.arange(fd_idx.size)
   screen = (gradient_screen.Screen(blocks, None, dtype, dtype_tol["violation_rtol"])
             if name == "softmax" else None)
+  # The screen reads every row once for as many temperatures as SCREEN_PAIR_BYTES allows (all
+  # 26 at SmolLM2 paper settings): the rows are read, cut and cast once, not once per batch.
+  # Its per-T numbers are kept until their batch is written (a batch restored from an
+  # interrupted run is skipped; one computed ahead and then restored is only dropped).
+  screened: dict = {}  # temperature index -> {name: value}
+  per_pass = max(c.t_batch, SCREEN_PAIR_BYTES // max(1, R * SCREEN_BYTES_PER_PAIR))
+
+  def screen_stats(c0, k):
+    if c0 not in screened:
+      ahead = list(range(c0, min(len(temps), c0 + per_pass)))
+      st = screen.stats([temps[i] for i in ahead])
+      screened.update({i: {n: v[j] for n, v in st.items()} for j, i in enumerate(ahead)})
+    got = [screened.pop(i) for i in range(c0, c0 + k)]
+    return {n: np.asarray([g[n] for g in got]) for n in got[0]}
+
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
     for c0 in range(0, len(temps), c.t_batch):
       chunk = temps[c0:c0 + c.t_batch]  # (K,)
@@ -357,7 +374,7 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
           checkpoint(results(False, time.perf_counter() - t0))
         interrupts.check()
         continue
-      stats = screen.stats(chunk) if screen is not None else None  # {name: (K,)}
+      stats = screen_stats(c0, len(chunk)) if screen is not None else None  # {name: (K,)}
       g_all = sensitivity.fd_rows(norm_fn, fd_l_dev, fd_m_dev, fd_m, fd_pos, chunk, epsilons,
                                   jax.random.fold_in(k_dir, c0), dtype=dtype)  # (S, K, E)
       batch_summaries, batch_rows = [], []

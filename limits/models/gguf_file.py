@@ -72,14 +72,60 @@ def open_reader(path) -> Any:
   return _parsed(str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
+@functools.lru_cache(maxsize=1)
+def reader_class():
+  """``gguf.GGUFReader`` with arrays of numbers or strings in the metadata read whole.
+
+  The package's reader takes every array element by element through ``numpy.memmap`` slices
+  (two per string): 4.2 s for SmolLM2's vocabulary and merges, paid by every process that
+  opens the file (each reproduction step). Here an array of numbers is one view and an array
+  of strings is walked with ``struct`` over a plain view of the same bytes; the fields are the
+  package's own ``ReaderField`` with the same ``types`` and the same ``contents()`` (an array
+  of numbers is one part instead of one part per element). Anything else (nested arrays, a
+  byte-swapped file) goes through the package's code. tests/test_models_loading.py compares
+  every field and tensor of both readers.
+  """
+  import struct
+
+  from gguf import GGUFReader, GGUFValueType
+
+  class Reader(GGUFReader):
+    def _get_field_parts(self, orig_offs, raw_type):
+      if raw_type != GGUFValueType.ARRAY or self.byte_order != "I":
+        return super()._get_field_parts(orig_offs, raw_type)
+      raw_itype = self._get(orig_offs, np.uint32)
+      alen = self._get(orig_offs + 4, np.uint64)
+      itype, n, offs = int(raw_itype[0]), int(alen[0]), orig_offs + 12
+      nptype = self.gguf_scalar_to_np.get(itype)
+      if n == 0 or (nptype is None and itype != GGUFValueType.STRING):
+        return super()._get_field_parts(orig_offs, raw_type)
+      types = [GGUFValueType.ARRAY, GGUFValueType(itype)]
+      if nptype is not None:
+        values = self._get(offs, nptype, n)
+        return 12 + int(values.nbytes), [raw_itype, alen, values], [2], types
+      raw = np.asarray(self.data)  # a plain view: slicing skips memmap's per-slice hooks
+      view = memoryview(raw)
+      parts, idxs = [raw_itype, alen], []
+      u64 = np.dtype(np.uint64).newbyteorder("<")
+      for _ in range(n):
+        (slen,) = struct.unpack_from("<Q", view, offs)
+        parts.append(raw[offs:offs + 8].view(u64))
+        parts.append(raw[offs + 8:offs + 8 + slen])
+        idxs.append(len(parts) - 1)
+        offs += 8 + slen
+      if offs > raw.size:
+        raise ValueError(f"string array at offset {orig_offs} runs past the end of the file")
+      return offs - orig_offs, parts, idxs, types
+
+  return Reader
+
+
 @functools.lru_cache(maxsize=2)
 def _parsed(path: str, size: int, mtime_ns: int) -> Any:
   """The parsed file (``size`` and ``mtime_ns`` only key the cache); errors are not cached."""
-  from gguf import GGUFReader
-
   del size, mtime_ns
   try:
-    return GGUFReader(path)
+    return reader_class()(path)
   except Exception as e:  # noqa: BLE001 - the reader raises ValueError, KeyError, IndexError...
     raise LimitsError(f"{path}: not a readable GGUF file, truncated or corrupt "
                       f"({first_line(e)})") from None

@@ -49,6 +49,8 @@ class Model:
   tokenizer: Any
   path: Path
 
+  # ``params`` is a property (below the class): a :class:`Deferred` loader runs on first use.
+
   @property
   def family(self) -> str:
     return self.config.family
@@ -75,6 +77,30 @@ class Model:
     return info
 
 
+class Deferred:
+  """Parameters read on first use: ``Model(params=Deferred(load))`` calls ``load()`` the first
+  time ``model.params`` is read and keeps the result. :func:`load_model` defers the weights
+  because a step whose records are on disk (``limits.records``) needs the config and the
+  tokenizer only: dequantizing SmolLM2's GGUF costs ~1.6 s per step."""
+
+  def __init__(self, load):
+    self.load = load
+
+
+def _get_params(self):
+  params = self.__dict__["_params"]
+  if isinstance(params, Deferred):
+    params = self.__dict__["_params"] = params.load()
+  return params
+
+
+def _set_params(self, value):
+  self.__dict__["_params"] = value
+
+
+Model.params = property(_get_params, _set_params, doc=Model.__doc__)
+
+
 def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
   """The file or directory a model spec refers to (may download a hub name)."""
   from limits import models
@@ -98,12 +124,20 @@ def load_model(spec: str | os.PathLike = DEFAULT_MODEL) -> Model:
   from limits import models
 
   loc = models.locate(spec)
-  config, params = models.load(loc)
+  config = models.load_config(loc)
   tok = models.load_tokenizer(loc)
   check(tok.vocab_size <= config.vocab_size,
         f"model {str(spec)!r}: tokenizer has {tok.vocab_size} tokens but the model only "
         f"{config.vocab_size}")
-  return Model(name=str(spec), config=config, params=params, tokenizer=tok, path=loc.path)
+
+  def weights():
+    loaded, params = models.load(loc)
+    check(loaded == config, f"model {str(spec)!r}: its weights' config differs from its header "
+          "read at load time (was the file replaced during the run?)")
+    return params
+
+  return Model(name=str(spec), config=config, params=Deferred(weights), tokenizer=tok,
+               path=loc.path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,14 +147,80 @@ _TOKEN_CACHE: dict[tuple, np.ndarray] = {}
 
 
 def encode_corpus(model: Model, corpus: data_lib.Corpus) -> np.ndarray:
-  """The whole corpus tokenized with the model's tokenizer, int32 (memoized per model/corpus)."""
+  """The whole corpus tokenized with the model's tokenizer, int32 (memoized per model/corpus
+  in the process, and on disk by :func:`_cached_tokens`)."""
   key = (str(model.path), model.name, model.tokenizer.vocab_size, corpus.sha256)
   tokens = _TOKEN_CACHE.get(key)
   if tokens is None:
-    tokens = np.asarray(model.tokenizer.encode(corpus.text), dtype=np.int32)
+    tokens = _cached_tokens(model, corpus)
     if len(_TOKEN_CACHE) > 8:
       _TOKEN_CACHE.clear()
     _TOKEN_CACHE[key] = tokens
+  return tokens
+
+
+def _token_file(model: Model, corpus: data_lib.Corpus) -> Path | None:
+  """``<token_cache_dir()>/<digest>.npy`` (None when the cache is off): the digest covers the tokenizer's files (path,
+  name, size and mtime of each: ``limits.records.key.file_identity``), the model spec, the
+  corpus's SHA-256, the code that tokenizes (``key.code_version``: limits/models, whose
+  tokenizers these are) and the ``tokenizers`` package's version."""
+  import hashlib
+  import json
+  from importlib import metadata
+
+  from limits.records import key as record_key
+
+  try:
+    hf_version = metadata.version("tokenizers")
+  except metadata.PackageNotFoundError:
+    hf_version = None
+  ident = {"model": record_key.file_identity(model.path), "spec": model.name,
+           "vocab": int(model.tokenizer.vocab_size), "corpus": corpus.sha256,
+           "code": record_key.code_version(), "tokenizers": hf_version}
+  digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+  folder = token_cache_dir()
+  return None if folder is None else folder / f"{digest}.npy"
+
+
+TOKEN_CACHE_ENV = "LIMITS_TOKEN_CACHE"
+
+
+def token_cache_dir() -> Path | None:
+  """``$LIMITS_TOKEN_CACHE`` if it names a folder, None if it is ``off`` (or 0, no, false,
+  none), else ``$XDG_CACHE_HOME/limits/tokens`` (``~/.cache/...``)."""
+  value = os.environ.get(TOKEN_CACHE_ENV, "").strip()
+  if value.lower() in ("0", "off", "no", "false", "none"):
+    return None
+  if value:
+    return Path(value).expanduser()
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return Path(base) / "limits" / "tokens"
+
+
+def _cached_tokens(model: Model, corpus: data_lib.Corpus) -> np.ndarray:
+  """The corpus's tokens from the on-disk cache when an entry for exactly this tokenizer,
+  corpus and code exists (every reproduction step is a process of its own and would tokenize
+  the whole corpus again: 2 s for SmolLM2), else encoded and written there (atomically; an
+  unwritable cache only costs the time). An unreadable or malformed entry is recomputed."""
+  path = _token_file(model, corpus)
+  if path is not None:
+    try:
+      tokens = np.load(path, allow_pickle=False)
+      if tokens.dtype == np.int32 and tokens.ndim == 1 and tokens.size:
+        return tokens
+    except (OSError, ValueError):
+      pass
+  tokens = np.asarray(model.tokenizer.encode(corpus.text), dtype=np.int32)
+  if path is None:
+    return tokens
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+      np.save(f, tokens, allow_pickle=False)
+    os.replace(tmp, path)
+  except OSError:
+    pass
   return tokens
 
 

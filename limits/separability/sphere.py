@@ -177,32 +177,21 @@ def _mesh_sharding(devices: int | None):
           jax.sharding.NamedSharding(mesh, P()))
 
 
-def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | None = None, *,
-                       devices: int | None = None, rule: str = "strict",
-                       with_bounds: bool = True, delta=None,
-                       progress: Callable[[int], Any] | None = None) -> MonteCarlo:
-  """Algorithm 4 on synthetic spherical embeddings: N_s/N over fresh point sets.
+class _Prepared(NamedTuple):
+  """The checked arguments of a Monte Carlo (:func:`_prepare`)."""
+  args: tuple            # (key, alphas, rank, ns, M, delta) on the device(s)
+  shard: Any             # (sample sharding, replicated sharding) or None
+  chunk: int
+  dim: int
+  with_bounds: bool
+  rule: str
+  single_row: bool
+  scalar_n: bool
+  samples: int
 
-  Every sample draws x (L, dim) uniform on S^{dim-1}(M) from ``fold_in(key, sample_index)``,
-  recomputes s, r (and delta, unless given) and counts N_s/N for every weight row and every n
-  (the same points serve all rows and all n: common random numbers).
 
-  Args:
-    key: a ``jax.random.key``.
-    alpha: (L,) or (H, L) weights. n: int or sequence of ints.
-    dim, M: sphere dimension and radius. samples: number of point sets.
-    chunk: samples per jitted vmapped batch (default: from a ~192 MiB memory budget); rounded
-      up to a multiple of ``devices``. Memory is bounded by the chunk, not by ``samples``.
-    devices: shard the sample axis over the first ``devices`` devices (a 1-D
-      ``jax.make_mesh`` with ``NamedSharding``); None = default device.
-    rule: counting rule (AMBIG-10, :mod:`limits.separability.rows`). with_bounds: also
-      compute delta and the per-sample Theorem 2 bounds (costs one (L, L) Gram per sample).
-      delta: fix delta instead of the per-sample empirical minimum pairwise distance.
-    progress: optional callable receiving the number of samples finished after each chunk.
-
-  Returns:
-    ``MonteCarlo`` with fields shaped like (H?, K?) following alpha and n.
-  """
+def _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds,
+             delta) -> _Prepared:
   check(rule in RULES, f"rule={rule!r} is not one of {RULES}")
   check(int(samples) >= 1, f"samples={samples} must be >= 1")
   check(int(dim) >= 1, f"dim={dim} must be >= 1")
@@ -234,33 +223,110 @@ def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | No
   args = (key, alphas, rank, ns, M_arr, dfix)
   if shard is not None:
     args = jax.device_put(args, shard[1])
-  key_r, alphas_r, rank_r, ns_r, M_r, dfix_r = args
+  return _Prepared(args, shard, chunk, int(dim), bool(with_bounds), rule, single_row, scalar_n,
+                   samples)
+
+
+def _moments_between(prep: _Prepared, start: int, stop: int,
+                     progress: Callable[[int], Any] | None) -> Moments:
+  """Moments of the samples start … stop − 1, in chunks of ``prep.chunk`` from ``start``."""
+  key_r, alphas_r, rank_r, ns_r, M_r, dfix_r = prep.args
   mom = None
-  for start in range(0, samples, chunk):
-    idx = np.arange(start, start + chunk, dtype=np.int32)
-    valid = idx < samples
-    idx_dev = jnp.asarray(idx) if shard is None else jax.device_put(idx, shard[0])
-    out = _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r, dim=int(dim),
-                           with_bounds=bool(with_bounds), rule=rule)
+  for lo in range(start, stop, prep.chunk):
+    idx = np.arange(lo, lo + prep.chunk, dtype=np.int32)
+    valid = idx < stop
+    idx_dev = jnp.asarray(idx) if prep.shard is None else jax.device_put(idx, prep.shard[0])
+    out = _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r, dim=prep.dim,
+                           with_bounds=prep.with_bounds, rule=prep.rule)
     out = np.asarray(out, dtype=np.float64)[valid]            # (c, S, H, K)
     mom = merge_moments(mom, sample_moments(out))
     if progress is not None:
       progress(int(valid.sum()))
+  return mom
+
+
+def _summary(prep: _Prepared, mom: Moments, with_delta: bool) -> "MonteCarlo":
   mean, stderr = mean_stderr(mom)
   f = mean[0]
 
   def shape(a):
     a = np.asarray(a)
-    if scalar_n:
+    if prep.scalar_n:
       a = a[..., 0]
-    if single_row:
+    if prep.single_row:
       a = a[0]
     return a
 
-  nanify = (lambda a: shape(a)) if with_bounds or delta is not None else (
-      lambda a: shape(np.full_like(a, np.nan)))
+  nanify = (lambda a: shape(a)) if with_delta else (lambda a: shape(np.full_like(a, np.nan)))
   return MonteCarlo(shape(f), shape(stderr), shape(mean[1]), nanify(mean[2]), nanify(mean[3]),
-                    nanify(mean[4]), nanify(mean[5]), samples)
+                    nanify(mean[4]), nanify(mean[5]), int(mom.count))
+
+
+def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | None = None, *,
+                       devices: int | None = None, rule: str = "strict",
+                       with_bounds: bool = True, delta=None,
+                       progress: Callable[[int], Any] | None = None) -> MonteCarlo:
+  """Algorithm 4 on synthetic spherical embeddings: N_s/N over fresh point sets.
+
+  Every sample draws x (L, dim) uniform on S^{dim-1}(M) from ``fold_in(key, sample_index)``,
+  recomputes s, r (and delta, unless given) and counts N_s/N for every weight row and every n
+  (the same points serve all rows and all n: common random numbers).
+
+  Args:
+    key: a ``jax.random.key``.
+    alpha: (L,) or (H, L) weights. n: int or sequence of ints.
+    dim, M: sphere dimension and radius. samples: number of point sets.
+    chunk: samples per jitted vmapped batch (default: from a ~192 MiB memory budget); rounded
+      up to a multiple of ``devices``. Memory is bounded by the chunk, not by ``samples``.
+    devices: shard the sample axis over the first ``devices`` devices (a 1-D
+      ``jax.make_mesh`` with ``NamedSharding``); None = default device.
+    rule: counting rule (AMBIG-10, :mod:`limits.separability.rows`). with_bounds: also
+      compute delta and the per-sample Theorem 2 bounds (costs one (L, L) Gram per sample).
+      delta: fix delta instead of the per-sample empirical minimum pairwise distance.
+    progress: optional callable receiving the number of samples finished after each chunk.
+
+  Returns:
+    ``MonteCarlo`` with fields shaped like (H?, K?) following alpha and n.
+  """
+  prep = _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds, delta)
+  mom = _moments_between(prep, 0, prep.samples, progress)
+  return _summary(prep, mom, with_bounds or delta is not None)
+
+
+def monte_carlo_blocks(key, alpha, n, dim: int, M, samples: int, chunk: int | None = None, *,
+                       blocks: int = 8, devices: int | None = None, rule: str = "strict",
+                       done: Callable[[int, int], Moments | None] | None = None,
+                       finished: Callable[[int, int, Moments, float], Any] | None = None,
+                       progress: Callable[[int], Any] | None = None) -> MonteCarlo:
+  """:func:`monte_carlo_detail` (with bounds) in ``blocks`` blocks of whole chunks of samples,
+  every n at once, for runs that keep what they finished (limits.runs.resume).
+
+  The samples are cut into at most ``blocks`` consecutive ranges, each a whole number of
+  chunks; ``done(start, stop)`` may return a block's :class:`Moments` finished earlier (then it
+  is not computed), ``finished(start, stop, moments, seconds)`` is called after each computed
+  block. The blocks' moments are merged in order, so the result depends on ``blocks`` and
+  ``chunk`` only through rounding (~1e-16 relative), never on which blocks were restored.
+  Every sample's points and delta serve every n: one draw and one Gram per sample, where a
+  call per n repeats both for each n.
+  """
+  import time
+
+  prep = _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, True, None)
+  n_chunks = -(-prep.samples // prep.chunk)
+  per = -(-n_chunks // max(int(blocks), 1)) * prep.chunk
+  mom = None
+  for start in range(0, prep.samples, per):
+    stop = min(start + per, prep.samples)
+    block = done(start, stop) if done is not None else None
+    if block is None:
+      t0 = time.perf_counter()
+      block = _moments_between(prep, start, stop, progress)
+      if finished is not None:
+        finished(start, stop, block, time.perf_counter() - t0)
+    elif progress is not None:
+      progress(stop - start)
+    mom = merge_moments(mom, block)
+  return _summary(prep, mom, True)
 
 
 def monte_carlo(key, alpha, n, dim: int, M, samples: int, chunk: int | None = None, *,

@@ -3,13 +3,14 @@
 :class:`SeparabilityConfig` holds one run's settings (the CLI's flags, same names and
 defaults); :func:`grid` validates the N grid (before JAX starts) and :func:`run` computes and
 writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
-``results.json`` with the measurements the claims read (``limits.claims`` judges them). Per-N (sphere) or per-layer
-(model) results are written as they finish, so an interrupted run keeps them; the same command
-continues from the last finished N (sphere) or window (model) (:mod:`limits.runs.resume`).
+``results.json`` with the measurements the claims read (``limits.claims`` judges them). Blocks
+of Monte Carlo samples (sphere: every N from the same samples) or per-layer (model) results are
+written as they finish, so an interrupted run keeps them; the same command continues from the
+last finished block of samples (sphere) or window (model) (:mod:`limits.runs.resume`).
 
 - ``source="sphere"``: ``heads`` synthetic weight rows over L tokens with fresh points uniform
   on S^{dim-1}(M) for each of ``samples`` Monte Carlo samples
-  (:func:`limits.separability.sphere.monte_carlo_detail`).
+  (:func:`limits.separability.sphere.monte_carlo_blocks`).
 - ``source="model"``: per head, the vectors ``vectors`` (AMBIG-7) projected onto the sphere and
   the attention rows of every query with its causal prefix, t <= N skipped (AMBIG-8)
   (:func:`limits.separability.model.layer_sums`), averaged per head and over windows.
@@ -118,7 +119,9 @@ def _units(config, out_dir, unit):
 
 
 def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
-  """Algorithm 4 on synthetic weights and points on the sphere, one N at a time."""
+  """Algorithm 4 on synthetic weights and points on the sphere: every N from the same samples
+  (one draw of points and one Gram per sample), in blocks of samples that an interrupted run
+  keeps (limits.runs.resume)."""
   import jax
   import jax.numpy as jnp
 
@@ -136,35 +139,35 @@ def run_sphere(config: SeparabilityConfig, out_dir, ns) -> None:
   meta = {"source": "sphere", "L": L, "dim": c.dim, "M": c.radius,
           "heads": c.heads, "samples": c.samples,
           "alpha_max_mean": float(jnp.mean(jnp.max(alphas, axis=-1))),
-          "rule": c.rule, "per_N_seconds": {}}
-  rows, fr, lo, up, se, done = [], [], [], [], [], []
+          "rule": c.rule}
   title = (f"sphere S^{c.dim - 1}(M={c.radius:g}), L={L}, alpha={c.alpha_kind}, "
            f"{c.heads} rows x {c.samples} samples")
-  units = _units(c, out_dir, "N")
-  with Progress(len(ns) * c.samples, "separability/sphere", unit="samples") as prog:
-    for n in ns:
-      unit = units.get(f"N={n}")  # finished by an interrupted run of this command
-      if unit is None:
-        t0 = time.perf_counter()
-        mc = sph.monte_carlo_detail(mc_key, alphas, n, c.dim, c.radius, c.samples, c.chunk,
-                                    devices=c.devices, rule=c.rule,
-                                    progress=lambda k: (prog.update(k), interrupts.check()))
-        unit = units.add(f"N={n}", {
-            "seconds": round(time.perf_counter() - t0, 3),
-            "rows": [{"n": n, "head": h, "frac": mc.mean[h], "stderr": mc.stderr[h],
-                      "lower": mc.mean_lower[h], "lower_raw": mc.mean_lower_raw[h],
-                      "upper": mc.mean_upper[h], "r": mc.mean_r[h], "delta": mc.mean_delta[h],
-                      "samples": c.samples} for h in range(c.heads)],
-            "frac": mc.mean, "lower": mc.mean_lower, "upper": mc.mean_upper,
-            "stderr": mc.stderr})
-      else:
-        prog.update(c.samples)
-      meta["per_N_seconds"][n] = unit["seconds"]
-      rows += unit["rows"]
-      fr.append(unit["frac"]); lo.append(unit["lower"]); up.append(unit["upper"])
-      se.append(unit["stderr"]); done.append(n)
-      _write(c, out_dir, rows, done, fr, lo, up, se, c.heads, meta, n == ns[-1], title, units)
-      interrupts.check()  # a safe point: this N is written
+  units = _units(c, out_dir, "samples")
+
+  def done(start, stop):  # a block finished by an interrupted run of this command
+    unit = units.get(f"samples={start}-{stop - 1}")
+    return None if unit is None else sph.Moments(unit["count"], unit["total"], unit["m2"])
+
+  def finished(start, stop, mom, seconds):
+    units.add(f"samples={start}-{stop - 1}", {"count": int(mom.count), "total": mom.total,
+                                              "m2": mom.m2, "seconds": round(seconds, 3)})
+    _write(c, out_dir, [], [], [], [], [], [], c.heads, meta, False, title, units)
+    interrupts.check()  # a safe point: this block of samples is written
+
+  t0 = time.perf_counter()
+  with Progress(c.samples, "separability/sphere", unit="samples") as prog:
+    mc = sph.monte_carlo_blocks(mc_key, alphas, ns, c.dim, c.radius, c.samples, c.chunk,
+                                devices=c.devices, rule=c.rule, done=done, finished=finished,
+                                progress=lambda k: (prog.update(k), interrupts.check()))
+  meta["seconds"] = round(time.perf_counter() - t0, 3)
+  rows = [{"n": n, "head": h, "frac": mc.mean[h, k], "stderr": mc.stderr[h, k],
+           "lower": mc.mean_lower[h, k], "lower_raw": mc.mean_lower_raw[h, k],
+           "upper": mc.mean_upper[h, k], "r": mc.mean_r[h, k], "delta": mc.mean_delta[h, k],
+           "samples": c.samples} for k, n in enumerate(ns) for h in range(c.heads)]
+  T = lambda a: [a[:, k] for k in range(len(ns))]                  # (H, K) -> K of (H,)
+  _write(c, out_dir, rows, list(ns), T(mc.mean), T(mc.mean_lower), T(mc.mean_upper),
+         T(mc.stderr), c.heads, meta, True, title, units)
+  interrupts.check()
 
 
 def _model_rows(sums, ns, NL, H, fields):

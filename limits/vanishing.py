@@ -97,11 +97,12 @@ def sink_scores(weights, window=None):
   """
   import numpy as np
 
-  w = np.asarray(weights, dtype=np.float64)  # (B, H, L, L)
-  n_rows = w.shape[-2]
+  n_rows = weights.shape[-2]
   if window is not None and int(window) > 0:
     n_rows = min(n_rows, int(window))
-  return w[..., :n_rows, 0].sum(axis=-1) / n_rows  # (B, H)
+  # Only key 0's column goes to float64 (not the whole (B, H, L, L) record): (B, H, n_rows).
+  w0 = np.asarray(weights[..., :n_rows, 0], dtype=np.float64)
+  return w0.sum(axis=-1) / n_rows  # (B, H)
 
 
 def sink_summary(per_head, eps: float = SINK_EPS) -> dict:
@@ -211,8 +212,8 @@ def _length_unit(L, tokens, model, check_fn, T, dtype, bar) -> dict:
                                           fields=("q", "k", "scores", "weights")):
       # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
       window = 0 if rec.window is None else int(rec.window)
-      out = check_fn(rec.scores.astype(dtype), rec.q.astype(dtype), rec.k.astype(dtype),
-                     np.asarray(T, dtype), window=window)
+      # float32 records go to the jitted check as they are; it casts them (exactly) itself.
+      out = check_fn(rec.scores, rec.q, rec.k, np.asarray(T, dtype), window=window)
       out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
       out["sink_score"] = sink_scores(rec.weights, rec.window)[0]  # (H,)
       for h in range(model.config.n_head):
@@ -251,7 +252,13 @@ def run(config: VanishingConfig):
                  "temperature": model.native_temperature})
   T = model.native_temperature
   dtype = np.float64 if config.x64 else np.float32
-  check_fn = jax.jit(bounds.corollary1_causal_check, static_argnames=("window",))
+
+  def check(scores, q, k, temperature, window):
+    # The casts inside the jit: no float64 host copy of the (B, H, L, L) scores per layer.
+    return bounds.corollary1_causal_check(scores.astype(dtype), q.astype(dtype),
+                                          k.astype(dtype), temperature, window=window)
+
+  check_fn = jax.jit(check, static_argnames=("window",))
   lemma1 = lemma1_synthetic(config.lemma1_a, lengths, config.seed)
   c = model.config
   per_head, summary, timings = [], [], {}

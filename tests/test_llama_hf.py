@@ -270,3 +270,24 @@ def test_rope_types_that_change_attention_are_refused(tmp_path, style, rope_type
   (path / "config.json").write_text(json.dumps(bad))
   with pytest.raises(LimitsError, match=rope_type):
     models.load_config(path)
+
+
+def test_attend_grouped_query_matches_repeated_heads():
+  """engine.attend with H_kv = 2 key/value heads for H = 6 query heads equals the same call with
+  k, v repeated per query head (head i reads kv head i // 3), and differs from the other
+  plausible grouping (i % 2); a head count that is not a multiple is refused."""
+  import jax.numpy as jnp
+  from limits.models.engine import attend
+
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.standard_normal((1, 6, 7, 4)), jnp.float32)
+  k, v = (jnp.asarray(rng.standard_normal((1, 2, 7, 4)), jnp.float32) for _ in range(2))
+  t = jnp.asarray(2.0)
+  got = attend(q, k, v, t, None)
+  ref = attend(q, jnp.repeat(k, 3, axis=1), jnp.repeat(v, 3, axis=1), t, None)
+  wrong = attend(q, jnp.tile(k, (1, 3, 1, 1)), jnp.tile(v, (1, 3, 1, 1)), t, None)
+  for g, r, w in zip(got, ref, wrong):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(r), atol=1e-6)  # float32 GEMM order
+    assert not np.allclose(np.asarray(g), np.asarray(w), atol=1e-3)
+  with pytest.raises(LimitsError, match="not a multiple"):
+    attend(q, k[:, :1].repeat(4, axis=1), v[:, :1].repeat(4, axis=1), t, None)

@@ -151,8 +151,14 @@ def visible_keys(length: int, window=None) -> np.ndarray:
 def attend(q, k, v, temperature, normalizer: Optional[Normalizer], window: int = 0):
   """Causal attention with a swappable normalizer, shared by every family.
 
+  Grouped-query attention without repeating k and v: with H_kv key/value heads and
+  g = H / H_kv, query head i reads key/value head i // g, and the products run per key/value
+  head over its g query heads stacked, ``(g·L, d_head) · (d_head, L)`` (same sums as per
+  query head, one larger GEMM instead of g small ones and no (H, L, d_head) copy of k, v).
+
   Args:
-    q, k, v: (B, H, L, d_head), k and v per query head.
+    q: (B, H, L, d_head).
+    k, v: (B, H_kv, L, d_head), H a multiple of H_kv (H_kv = H: multi-head attention).
     temperature: scalar T; logits = q·kᵀ / T.
     normalizer: ``fn(logits, mask) -> weights`` or None (softmax).
     window: static; 0 = causal, W > 0 = sliding window of W keys (local layers).
@@ -160,15 +166,20 @@ def attend(q, k, v, temperature, normalizer: Optional[Normalizer], window: int =
   Returns:
     (a (B, H, L, d_head), scores (B, H, L, L) raw q·k, weights (B, H, L, L)).
   """
-  l = q.shape[2]
-  scores = jnp.einsum("bhqd,bhkd->bhqk", q, k)  # (B, H, L, L) raw q·k
+  b, h, l, dh = q.shape
+  nkv = k.shape[1]
+  if h % nkv:
+    raise LimitsError(f"attend: {h} query heads are not a multiple of {nkv} key/value heads")
+  g = h // nkv
+  qg = q.reshape(b, nkv, g * l, dh)  # query heads i = n·g .. n·g+g-1 of kv head n, stacked
+  scores = jnp.einsum("bnqd,bnkd->bnqk", qg, k).reshape(b, h, l, l)  # (B, H, L, L) raw q·k
   mask = attention_mask(l, window)  # (L, L) True = visible
   logits = scores / temperature.astype(scores.dtype)
   norm = softmax_normalizer if normalizer is None else normalizer
   weights = norm(logits, jnp.broadcast_to(mask, logits.shape))
   weights = jnp.where(mask, weights, 0).astype(v.dtype)  # (B, H, L, L)
-  a = jnp.einsum("bhqk,bhkd->bhqd", weights, v)  # (B, H, L, dh)
-  return a, scores, weights
+  a = jnp.einsum("bnqk,bnkd->bnqd", weights.reshape(b, nkv, g * l, l), v)  # (B, H_kv, g·L, dh)
+  return a.reshape(b, h, l, dh), scores, weights
 
 
 def layer_kinds(config) -> tuple:

@@ -108,8 +108,8 @@ def block(p, h, temperature, *, config: Config, normalizer: Optional[Normalizer]
   theta = config.rope_local_theta if kind else config.rope_theta
   cos, sin = rope_tables(l, dh, theta, h.dtype)
   q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-  k = jnp.repeat(k, config.group, axis=1)  # (B, H, L, dh): head i uses kv head i // group
-  v = jnp.repeat(v, config.group, axis=1)
+  # attend reads k, v per kv head; the record holds them per query head (i uses i // group).
+  per_head = lambda t: jnp.repeat(t, config.group, axis=1)  # (B, n_kv, L, dh) -> (B, H, L, dh)
   a, scores, weights = attend(q, k, v, temperature, normalizer, window=kind)
   a = a.transpose(0, 2, 1, 3).reshape(b, l, nh * dh)
   h = h + _rms_norm(a @ att["o_proj"]["weight"].T, p["post_attention_layernorm"]["weight"], eps)
@@ -119,7 +119,7 @@ def block(p, h, temperature, *, config: Config, normalizer: Optional[Normalizer]
        * (m @ mlp["up_proj"]["weight"].T))
   h = h + _rms_norm(m @ mlp["down_proj"]["weight"].T, p["post_feedforward_layernorm"]["weight"],
                     eps)
-  return h, AttnRecord(q=q, k=k, v=v, scores=scores, weights=weights, x=x,
+  return h, AttnRecord(q=q, k=per_head(k), v=per_head(v), scores=scores, weights=weights, x=x,
                        window=jnp.int32(kind))
 
 

@@ -158,8 +158,8 @@ def block(p, h, temperature, *, config: Config, normalizer: Optional[Normalizer]
   q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # (B, n, L, dh)
   cos, sin = rope_tables(l, dh, config.rope_theta, h.dtype, config.rope_scaling)
   q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-  k = jnp.repeat(k, config.group, axis=1)  # (B, H, L, dh): head i uses kv head i // group
-  v = jnp.repeat(v, config.group, axis=1)
+  # attend reads k, v per kv head; the record holds them per query head (i uses i // group).
+  per_head = lambda t: jnp.repeat(t, config.group, axis=1)  # (B, n_kv, L, dh) -> (B, H, L, dh)
   a, scores, weights = attend(q, k, v, temperature, normalizer, window=kind or 0)
   a = a.transpose(0, 2, 1, 3).reshape(b, l, nh * dh)
   h = h + _linear(a, att["o_proj"])
@@ -167,7 +167,7 @@ def block(p, h, temperature, *, config: Config, normalizer: Optional[Normalizer]
   mlp = p["mlp"]
   m = (jax.nn.silu(m @ mlp["gate_proj"]["weight"].T) * (m @ mlp["up_proj"]["weight"].T))
   h = h + m @ mlp["down_proj"]["weight"].T
-  return h, AttnRecord(q=q, k=k, v=v, scores=scores, weights=weights, x=x,
+  return h, AttnRecord(q=q, k=per_head(k), v=per_head(v), scores=scores, weights=weights, x=x,
                        window=None if kind is None else jnp.int32(kind))
 
 

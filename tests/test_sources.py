@@ -144,6 +144,9 @@ def test_corpus_tokens_come_from_the_disk_cache_of_exactly_this_tokenizer_and_co
   entry.write_bytes(b"not an npy file")            # corrupt: recomputed and rewritten
   np.testing.assert_array_equal(fresh(corpus(TEXT)), first)
   assert len(calls) == 3 and np.load(entry).tolist() == first.tolist()
+  entry.write_bytes(b"")                           # empty (a write cut short): recomputed
+  np.testing.assert_array_equal(fresh(corpus(TEXT)), first)
+  assert len(calls) == 4 and not list(cache.glob(".*.tmp"))
   tok = Path(model_dir) / "tokenizer.json"          # the tokenizer file changes: new entry
   import os
   st = tok.stat()
@@ -152,11 +155,11 @@ def test_corpus_tokens_come_from_the_disk_cache_of_exactly_this_tokenizer_and_co
     fresh(corpus(TEXT))
   finally:
     os.utime(tok, ns=(st.st_atime_ns, st.st_mtime_ns))
-  assert len(calls) == 4 and len(list(cache.glob("*.npy"))) == 3
+  assert len(calls) == 5 and len(list(cache.glob("*.npy"))) == 3
   monkeypatch.setenv(sources.TOKEN_CACHE_ENV, "off")
   assert sources.token_cache_dir() is None
   fresh(corpus(TEXT))
-  assert len(calls) == 5 and len(list(cache.glob("*.npy"))) == 3
+  assert len(calls) == 6 and len(list(cache.glob("*.npy"))) == 3
 
 
 def test_corpus_windows_from_data_dir_and_env(model, tmp_path, monkeypatch, no_corpus):

@@ -17,6 +17,7 @@ AMBIG-n labels name the ambiguity options of ``docs/ambiguities.md``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -39,7 +40,8 @@ class Model:
   Attributes:
     name: the spec it was loaded from (``"tiny"``, ``"smollm2"``, a name, or the path given).
     config: the family's config (``limits.models.gpt2.Config`` or ``limits.models.llama.Config``).
-    params: the stacked parameter pytree (``limits.models.load``).
+    params: the stacked parameter pytree (``limits.models.load``); given as a
+      :class:`Deferred`, read on first use (:func:`load_model` does so).
     tokenizer: a ``limits.models.gpt2.tokenizer.Tokenizer`` (``.encode(text) -> list[int]``).
     path: the file or directory the weights were read from.
   """
@@ -98,7 +100,8 @@ def _set_params(self, value):
   self.__dict__["_params"] = value
 
 
-Model.params = property(_get_params, _set_params, doc=Model.__doc__)
+Model.params = property(_get_params, _set_params,
+                        doc="The stacked parameter pytree; a Deferred loader runs on first use.")
 
 
 def resolve_model_dir(spec: str | os.PathLike = DEFAULT_MODEL) -> Path:
@@ -160,10 +163,10 @@ def encode_corpus(model: Model, corpus: data_lib.Corpus) -> np.ndarray:
 
 
 def _token_file(model: Model, corpus: data_lib.Corpus) -> Path | None:
-  """``<token_cache_dir()>/<digest>.npy`` (None when the cache is off): the digest covers the tokenizer's files (path,
-  name, size and mtime of each: ``limits.records.key.file_identity``), the model spec, the
-  corpus's SHA-256, the code that tokenizes (``key.code_version``: limits/models, whose
-  tokenizers these are) and the ``tokenizers`` package's version."""
+  """``<token_cache_dir()>/<digest>.npy`` (None when the cache is off): the digest covers the
+  tokenizer's files (path, name, size and mtime of each: ``limits.records.key.file_identity``),
+  the model spec, the corpus's SHA-256, the code that tokenizes (``key.code_version``:
+  limits/models, whose tokenizers these are) and the ``tokenizers`` package's version."""
   import hashlib
   import json
   from importlib import metadata
@@ -208,19 +211,20 @@ def _cached_tokens(model: Model, corpus: data_lib.Corpus) -> np.ndarray:
       tokens = np.load(path, allow_pickle=False)
       if tokens.dtype == np.int32 and tokens.ndim == 1 and tokens.size:
         return tokens
-    except (OSError, ValueError):
+    except (OSError, ValueError, EOFError):  # missing, truncated, not an .npy
       pass
   tokens = np.asarray(model.tokenizer.encode(corpus.text), dtype=np.int32)
   if path is None:
     return tokens
+  tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
       np.save(f, tokens, allow_pickle=False)
     os.replace(tmp, path)
-  except OSError:
-    pass
+  except OSError:  # an unwritable cache only costs the time; no half-written file is left
+    with contextlib.suppress(OSError):
+      tmp.unlink(missing_ok=True)
   return tokens
 
 

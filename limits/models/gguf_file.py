@@ -82,8 +82,10 @@ def reader_class():
   of strings is walked with ``struct`` over a plain view of the same bytes; the fields are the
   package's own ``ReaderField`` with the same ``types`` and the same ``contents()`` (an array
   of numbers is one part instead of one part per element). Anything else (nested arrays, a
-  byte-swapped file) goes through the package's code. tests/test_models_loading.py compares
-  every field and tensor of both readers.
+  byte-swapped file) goes through the package's code. It overrides the reader's private
+  ``_get_field_parts`` of the pinned gguf 0.19.0 (requirements.txt); tests/test_models_loading.py
+  compares every field and tensor of both readers, so a gguf upgrade that changes it fails
+  there.
   """
   import struct
 

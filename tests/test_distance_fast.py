@@ -100,7 +100,7 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
   every row, float64 bitwise; rows are built so that for some the farthest visible pair lies
   inside I_N (the prefix maximum alone would be too large there: checked, so the fallback is
   exercised) and for others it does not."""
-  from limits.distance import kernels as df
+  from limits.distance import farthest
   from limits import selection
 
   with jax.enable_x64(True):
@@ -119,9 +119,9 @@ def test_d1_from_prefix_maxima_equals_the_gather_with_and_without_fallback():
     idx = selection.top_k_rows(jnp.asarray(w), vis, n + 1, jnp.asarray([n]))
     sel = vis & (selection.ranks_from_top(idx, L) < n)
     rest = vis & ~sel
-    P, I = df.prefix_maxima(dist2)
-    got = np.asarray(df._d1_sq_prefix(sel, rest, dist2, idx, P, I))
-    want = np.asarray(df._d1_sq(sel, rest, dist2, cap=n, row_block=8))
+    P, I = farthest.prefix_maxima(dist2)
+    got = np.asarray(farthest.d1_sq_prefix(sel, rest, dist2, idx, P, I))
+    want = np.asarray(farthest.d1_sq_gather(sel, rest, dist2, cap=n, row_block=8))
     np.testing.assert_array_equal(got, want)
     upper = np.asarray(jnp.max(jnp.where(sel, P, -jnp.inf), axis=-1))
     rows = np.arange(n, L)                    # rows with a non-selected key
@@ -134,12 +134,12 @@ def test_prefix_maxima_against_a_numpy_loop_with_ties():
   the FIRST i attaining it, against a plain loop, bitwise, on an integer matrix full of ties
   (a `>=` in the scan would return the last tied index; a row-wise scan the transpose's
   maxima: the matrix is not symmetric, so both would fail)."""
-  from limits.distance import kernels as df
+  from limits.distance import farthest
 
   rng = np.random.default_rng(11)
   C = 23
   d = rng.integers(0, 4, size=(C, C)).astype(np.float64)  # many ties, not symmetric
-  P, I = (np.asarray(v) for v in df.prefix_maxima(jnp.asarray(d)))
+  P, I = (np.asarray(v) for v in farthest.prefix_maxima(jnp.asarray(d)))
   for q in range(C):
     for j in range(C):
       row = d[j, :q + 1]

@@ -16,10 +16,10 @@ is compiled for them) and cast to the compute dtype after, and a layer is one ca
 below :data:`BLOCKS_FROM_LENGTH` (each block is its own copy of the kernel).
 benchmarks/distance_compile.py measures the first call and the run against an earlier commit.
 
-d_1 is computed only when the bound is verified. Device path: from the per-key prefix maxima
-of the distance matrix (:func:`prefix_maxima`, once per head, shared by its causal blocks with
-the distance matrix and x's prefix sums: :func:`_head_shared`), exact, with the gather of the
-<= N selected rows only for rows whose farthest pair lies inside I_N (:func:`_d1_sq_prefix`).
+d_1 is computed only when the bound is verified (:mod:`limits.distance.farthest`). Device
+path: from the per-key prefix maxima of the distance matrix (once per head, shared by its
+causal blocks with the distance matrix and x's prefix sums: :func:`_head_shared`), exact, with
+the gather of the <= N selected rows only for rows whose farthest pair lies inside I_N.
 Host path: the gather for every row. The paper's printed E (both x̄ readings) and the E with
 p = N/L are folded into the same kernel on request (:func:`layer_stats_printed`: the shared
 s_all, c_all and causal blocks). Same semantics as ``head_stats`` (causal prefix, ties to the
@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from limits.distance import farthest
 from limits.distance.heads import HeadStats, reduce_rows
 from limits.distance.rows import RowStats, check_inclusion, sqrt0
 from limits.errors import LimitsError
@@ -74,8 +75,8 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   a: (R, C) their causal weights over the keys 0 … C − 1 they can see (C = lo + R: a causal
   block reads only its prefix); x: (C, d); select(k) → (R, C) the mask of I_N for N = ns[k]
   (k traced); ns: (K,); cap: static upper bound of the N values (the size of the d_1 gather).
-  top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1 from
-  the prefix maxima, :func:`_d1_sq_prefix`). The per-N body is traced once and looped over the
+  top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1
+  from the prefix maxima, :func:`.farthest.d1_sq_prefix`). The per-N body is traced once and looped over the
   K values of N (``lax.map``): its compile time does not grow with K. window: static W > 0 for
   a sliding-window layer (0 = global). lean (static, Algorithm 3's scan): only what its KS
   samples read (d̃ both forms, E, the printed E with x̄ = Σ α_j x_j); the Jensen gap, the
@@ -101,9 +102,9 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   if bound and shared is not None:
     dist2, P, I = shared["dist2"], shared["P"], shared["I"]
   elif bound:
-    dist2 = _dist2(x, n2)  # (C, C) ‖x_j − x_i‖²
+    dist2 = farthest.dist2(x, n2)  # (C, C) ‖x_j − x_i‖²
     if top_idx is not None:
-      P, I = (v[lo:] for v in prefix_maxima(dist2))  # (R, C) each
+      P, I = (v[lo:] for v in farthest.prefix_maxima(dist2))  # (R, C) each
   if printed and not lean:  # limits.distance.printed.head_expectations, same s, c and block
     if window:  # the mean of the query's window
       xm = (vis.astype(dt) @ x) / t[:, None]  # (R, d)
@@ -147,11 +148,11 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
     if bound:
       if top_idx is None:
         r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
-        d1 = sqrt0(_d1_sq(sel, rest, dist2, cap=cap, row_block=row_block))
+        d1 = sqrt0(farthest.d1_sq_gather(sel, rest, dist2, cap=cap, row_block=row_block))
       else:  # R_N over the (R, k) selection order: the same maximum, no (R, C) pass
         in_n = jnp.take_along_axis(sel, top_idx, -1)  # (R, k)
         r_n = sqrt0(jnp.max(jnp.where(in_n, n2[top_idx], 0.0), axis=-1))
-        d1 = sqrt0(_d1_sq_prefix(sel, rest, dist2, top_idx, P, I, in_n=in_n))
+        d1 = sqrt0(farthest.d1_sq_prefix(sel, rest, dist2, top_idx, P, I, in_n=in_n))
       spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
       dmax_sum = (m - alpha_bar) * d1 + r_n * spread
       dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
@@ -183,19 +184,14 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   return rows, jnp.where(counted[..., None], jnp.swapaxes(extra, 0, 1), 0.0)  # (R, K, 3)
 
 
-def _dist2(x, n2):
-  """(C, C) ‖x_j − x_i‖² by the Gram identity."""
-  return n2[:, None] + n2[None, :] - 2.0 * (x @ x.T)
-
-
 def _head_shared(x, *, bound: bool, printed: bool, window: int):
   """The block-independent arrays of one head (see :func:`_block_rows`' ``shared``), over all
   L keys; a block [lo, hi) reads rows lo … hi − 1 and keys < hi of them (:func:`_cut`). The
   prefix maxima of a block's rows use keys <= query < hi only, so they equal the block's own."""
   out = {"n2": jnp.sum(x * x, axis=-1)}  # (L,)
   if bound:
-    out["dist2"] = _dist2(x, out["n2"])  # (L, L)
-    out["P"], out["I"] = prefix_maxima(out["dist2"])  # (L, L) each, row = query
+    out["dist2"] = farthest.dist2(x, out["n2"])  # (L, L)
+    out["P"], out["I"] = farthest.prefix_maxima(out["dist2"])  # (L, L) each, row = query
   if printed and not window:
     out["xcum"] = jnp.cumsum(x, axis=0)  # (L, d)
   return out
@@ -210,83 +206,6 @@ def _cut(shared, lo: int, hi: int):
   if "xcum" in shared:
     cut["xcum"] = shared["xcum"][lo:hi]
   return cut
-
-
-def _d1_sq(sel, rest, dist2, *, cap: int, row_block: int):
-  """d_1² per row: max ‖x_i − x_j‖² over selected j and non-selected visible i. (R,)
-
-  sel, rest: (R, C); dist2: (C, C). The ≤ cap selected keys of each row are compacted to
-  indices and their rows of the distance matrix gathered: cap·C work per query instead of C².
-  """
-  return lax.map(lambda a: _d1_sq_one(a[0], a[1], dist2, cap), (sel, rest),
-                 batch_size=max(1, min(sel.shape[0], row_block)))
-
-
-def _d1_sq_one(srow, rrow, dist2, cap: int):
-  """d_1² of one row by gathering the rows of its ≤ cap selected keys. srow, rrow: (C,)."""
-  C = srow.shape[-1]
-  pos = jnp.arange(C, dtype=jnp.int32)
-  slot = jnp.cumsum(srow) - 1
-  idx = jnp.zeros((cap,), jnp.int32).at[jnp.where(srow, slot, cap)].set(pos, mode="drop")
-  ok = jnp.arange(cap) < jnp.sum(srow)
-  v = jnp.where(ok[:, None] & rrow[None, :], dist2[idx], -jnp.inf)  # (cap, C)
-  best = jnp.max(v)
-  return jnp.where(jnp.isfinite(best), best, 0.0)
-
-
-def prefix_maxima(dist2):
-  """Per-key prefix maxima of the distance matrix: P[q, j] = max_{i <= q} dist2[j, i] and
-  I[q, j] the first i attaining it. dist2 (C, C) → (P, I), each (C, C) (row = query).
-
-  One pass: a scan over i carrying the running maximum of column i of ``dist2`` (a row of its
-  transpose) and where it was first set, a strict ``>`` so that a tie keeps the lower index.
-  XLA's CPU ``cummax`` (a reduce-window) took 26 ms per 1,024² float64 matrix and this scan
-  2.2 ms (CPU seconds, scripts in the thirteenth session's report)."""
-  C = dist2.shape[-1]
-
-  def step(carry, col):  # col: dist2[:, i] (C,) for i = 0, 1, …
-    p, first, i = carry
-    new = col > p
-    p, first = jnp.where(new, col, p), jnp.where(new, i, first)
-    return (p, first, i + 1), (p, first)
-
-  init = (jnp.full((C,), -jnp.inf, dist2.dtype), jnp.zeros((C,), jnp.int32), jnp.int32(0))
-  _, (P, first) = lax.scan(step, init, dist2.T)
-  return P, first
-
-
-def _d1_sq_prefix(sel, rest, dist2, idx, P, I, in_n=None):
-  """d_1² per row (R,) from the per-key prefix maxima, exact; same values as :func:`_d1_sq`.
-
-  For query q and selected j, P[q, j] = max over all visible i of ‖x_j − x_i‖², attained first
-  at I[q, j]. U = max_j P[q, j] bounds d_1² from above; when some j attains U with I[q, j] not
-  selected, that pair is admissible and d_1² = U. The other rows (the farthest pair is within
-  I_N) are recomputed from the distance rows of their selected keys (``idx`` holds them: no
-  compaction) in a loop over those rows only.
-  idx (R, k): keys in selection order (the first N of them are I_N); P, I (R, C): rows
-  lo … hi − 1 of :func:`prefix_maxima`; in_n: (R, k) ``sel`` at ``idx`` when the caller has it.
-  """
-  R = idx.shape[0]
-  if in_n is None:  # (R, k) the selected keys among them
-    in_n = jnp.take_along_axis(sel, idx, -1)
-  pj = jnp.where(in_n, jnp.take_along_axis(P, idx, -1), -jnp.inf)  # (R, k)
-  arg = jnp.take_along_axis(I, idx, -1)  # (R, k) farthest visible key from each selected
-  # admissible: the farthest key is visible and not selected (with a sliding window the
-  # prefix maximum may sit before the window: then the row takes the gather below)
-  ok = in_n & jnp.take_along_axis(rest, arg, -1)
-  upper = jnp.max(pj, axis=-1)
-  exact = jnp.max(jnp.where(ok, pj, -jnp.inf), axis=-1)
-  has_rest = jnp.any(rest, axis=-1)
-  fine = ~has_rest | (exact >= upper)
-  out = jnp.where(has_rest, exact, 0.0)
-  todo = jnp.nonzero(~fine, size=R, fill_value=0)[0]
-
-  def body(i, acc):
-    q = todo[i]
-    v = jnp.where(in_n[q][:, None] & rest[q][None, :], dist2[idx[q]], -jnp.inf)  # (k, C)
-    return acc.at[q].set(jnp.max(v))  # a fallback row has a selected key and a rest key
-
-  return lax.fori_loop(0, jnp.sum(~fine), body, out)
 
 
 # Below this length a layer is one block: every block is compiled as its own copy of the
@@ -375,7 +294,7 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
 
   weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
   top kmax + 1 keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie
-  rule), I_N as a rank cut, d_1 from the per-key prefix maxima (:func:`_d1_sq_prefix`), the
+  rule), I_N as a rank cut, d_1 from the per-key prefix maxima (:func:`.farthest.d1_sq_prefix`), the
   printed E (:data:`PRINTED`, sums over counted queries) on the same s, c and causal blocks.
   ``dtype`` (static, default x's) is the compute dtype: float32 weights (model records) are
   selected as they are and cast after, so no float64 tie fallback is compiled for them

@@ -11,8 +11,8 @@ persistent-cache hits), the per-layer kernels (``limits.distance.kernels`` calls
 taken out), and the rest (host work: tabulating, KS tests, writing). Each part is timed where
 it runs (wall), so parts nested in another are subtracted from it. Tracing and lowering are
 timed by JAX's events (wall): their CPU seconds stay in the part that triggered them (mostly
-"layer kernels"). The kernels run asynchronously: their time shows in "device_get". Process CPU seconds from
-``resource.getrusage`` (user + system, this process and its threads).
+"layer kernels"). The kernels run asynchronously: their time shows in "device_get". Process
+CPU seconds from ``resource.getrusage`` (user + system, this process and its threads).
 """
 
 from __future__ import annotations

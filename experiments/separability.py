@@ -14,8 +14,9 @@ Two sources of (weights, vectors):
   windows).
 
 Writes ``per_head.csv`` (one row per N and head), ``summary.csv`` (per N), ``figure3.png`` and
-``results.json`` with the measurements (the claims it decides are printed from limits.claims). Blocks of Monte Carlo samples (sphere) or per-layer (model)
-results are written as they finish, so an interrupted run keeps them.
+``results.json`` with the measurements (the claims it decides are printed from limits.claims).
+Blocks of Monte Carlo samples (sphere) or per-layer (model) results are written as they finish,
+so an interrupted run keeps them.
 
   python -m experiments.separability --source=sphere --out_dir=results/separability/sphere
   LIMITS_DATA_DIR=/path/to/data python -m experiments.separability --source=model \

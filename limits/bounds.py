@@ -217,7 +217,12 @@ def softmax_lemma2_bound(logits, temperature, mask=None) -> Array:
        - jnp.min(jnp.where(m, logits, jnp.inf), axis=-1))
   r = jnp.where(jnp.isfinite(r), r, 0)
   n = jnp.maximum(normalizers.visible_count(m), 1).astype(logits.dtype)
-  T = jnp.asarray(temperature, logits.dtype)
+  return softmax_lemma2_from_range(r, n, jnp.asarray(temperature, logits.dtype))
+
+
+def softmax_lemma2_from_range(r, n, T) -> Array:
+  """:func:`softmax_lemma2_bound` from a row's visible range r = max l − min l and count n
+  (n >= 1): (e^{r/T} + e^{2r/T})/(T·n), broadcast over r, n and T (inf where it overflows)."""
   return (jnp.exp(r / T) + jnp.exp(2 * r / T)) / (T * n)
 
 

@@ -76,9 +76,9 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   block reads only its prefix); x: (C, d); select(k) → (R, C) the mask of I_N for N = ns[k]
   (k traced); ns: (K,); cap: static upper bound of the N values (the size of the d_1 gather).
   top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1
-  from the prefix maxima, :func:`.farthest.d1_sq_prefix`). The per-N body is traced once and looped over the
-  K values of N (``lax.map``): its compile time does not grow with K. window: static W > 0 for
-  a sliding-window layer (0 = global). lean (static, Algorithm 3's scan): only what its KS
+  from the prefix maxima, :func:`.farthest.d1_sq_prefix`). The per-N body is traced once and
+  looped over the K values of N (``lax.map``): its compile time does not grow with K.
+  window: static W > 0 for a sliding-window layer (0 = global). lean (static, Algorithm 3's scan): only what its KS
   samples read (d̃ both forms, E, the printed E with x̄ = Σ α_j x_j); the Jensen gap, the
   x̄ = mean reading and the E with p = N/L are left 0.
   shared: None, or what does not depend on the block, computed once per head over all L keys

@@ -124,14 +124,15 @@ def _screen_chunk(l, m, T, *, dtype):
 
 
 def lemma2(r, n, T):
-  """Lemma 2's softmax bound (e^{r/T} + e^{2r/T})/(T·n) (the formula of
-  ``bounds.softmax_lemma2_bound``): r, n (N,) a row's visible range and count, T (K,) →
-  (N, K) in T's dtype (inf where it overflows)."""
+  """Lemma 2's softmax bound (``bounds.softmax_lemma2_from_range``): r, n (N,) a row's visible
+  range and count, T (K,) → (N, K) in T's dtype (inf where it overflows)."""
   import jax.numpy as jnp
+
+  from limits import bounds
 
   rc = r.astype(T.dtype)[:, None]
   nn = jnp.maximum(n, 1).astype(T.dtype)[:, None]
-  return (jnp.exp(rc / T[None, :]) + jnp.exp(2 * rc / T[None, :])) / (T[None, :] * nn)
+  return bounds.softmax_lemma2_from_range(rc, nn, T[None, :])
 
 
 def _gather(rows, mask, idx, width, dtype):
@@ -179,8 +180,8 @@ def _decide_fn(n: int, rtol: float):
   import jax
   import jax.numpy as jnp
 
-  def fn(lo_n, hi_n, r, cnt, max_lo, T, paper, tight):
-    lem = lemma2(r, cnt, T)  # (N, K)
+  def fn(lo_n, hi_n, r, count, max_lo, T, paper, tight):
+    lem = lemma2(r, count, T)  # (N, K)
     valid = jnp.isfinite(lo_n) & jnp.isfinite(hi_n)
     thr_p, thr_t = paper * (1 + rtol), tight * (1 + rtol)  # (K,)
     thr_l = lem * (1 + rtol)  # (N, K)
@@ -193,9 +194,9 @@ def _decide_fn(n: int, rtol: float):
     und = ~(decided(thr_p) & decided(thr_t) & (decided(thr_l) | ~fin)
             & (hi_n < max_lo)) & live  # (N, K)
     keep = live & ~und
-    cnt_ = lambda x: jnp.sum(x & keep, axis=0, dtype=jnp.int32)
-    counts = {"n_exceed_paper": cnt_(lo_n > thr_p), "n_exceed_tight": cnt_(lo_n > thr_t),
-              "n_exceed_lemma2": cnt_(fin & (lo_n > thr_l)),
+    cnt = lambda x: jnp.sum(x & keep, axis=0, dtype=jnp.int32)
+    counts = {"n_exceed_paper": cnt(lo_n > thr_p), "n_exceed_tight": cnt(lo_n > thr_t),
+              "n_exceed_lemma2": cnt(fin & (lo_n > thr_l)),
               "lemma2_finite": jnp.sum(fin & live, axis=0, dtype=jnp.int32),
               "newton": jnp.sum(und, axis=0, dtype=jnp.int32)}
     return und, counts, jnp.sum(und), lem

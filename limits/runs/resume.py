@@ -1,9 +1,9 @@
 """Continuing an interrupted run from its last finished unit (issue 30, item 1).
 
 The experiments whose loops write results as they go (distance per L, and per L of the
-critical-N search and scan; separability per block of Monte Carlo samples (sphere) or per window (model); gradient per
-temperature batch; vanishing per L) keep, while a run is unfinished, every finished unit's
-*payload* (what the unit contributes to the tables and to results.json) in a ``resume`` block
+critical-N search and scan; separability per block of Monte Carlo samples (sphere) or per
+window (model); gradient per temperature batch; vanishing per L) keep, while a run is
+unfinished, every finished unit's *payload* (what the unit contributes to the tables and to results.json) in a ``resume`` block
 of results.json, written atomically with the results themselves. A rerun of the same command in
 the same folder (same run identity: :func:`limits.runs.results.prepare_out_dir` refuses any
 other) reads them back with :meth:`Units.open`, takes each finished unit from there instead of

@@ -31,7 +31,8 @@ from limits.separability.summary import figure3_summary, multi_head_coverage
 __all__ = [
     "ALPHA_KINDS", "LAYER_FIELDS", "RULES", "STAT_NAMES", "MonteCarlo", "RowStats",
     "count_distinguishable", "figure3_summary", "layer_sums", "min_pairwise_distance",
-    "monte_carlo", "monte_carlo_blocks", "monte_carlo_detail", "multi_head_coverage", "normalize_to_sphere",
+    "monte_carlo", "monte_carlo_blocks", "monte_carlo_detail", "multi_head_coverage",
+    "normalize_to_sphere",
     "prefix_min_pairwise_distance", "row_stats", "separable_fraction",
     "sort_rows_host", "sphere_points", "synthetic_alpha", "theorem2_bounds", "xi",
 ]

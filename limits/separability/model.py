@@ -6,8 +6,9 @@ keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie ru
 rank cut (no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
 keys it can see, see :func:`layer_sums`), every N at once (one (R·K, d) @ (d, C) product for
 the distances r needs), and Theorem 2's ξ_i and bounds over the <= N selected weights in
-sorted order (sums over N, not L). :func:`layer_sums_reference` is the previous path (every row sorted, selection and
-bounds over whole rows); tests/test_separability.py checks the two agree (float64, ties).
+sorted order (sums over N, not L). :func:`layer_sums_reference` is the previous path (every
+row sorted, selection and bounds over whole rows); tests/test_separability.py checks the two
+agree (float64, ties).
 
 Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees its last
 min(t + 1, W) keys; keys before the window (weight exactly 0) are not tokens of the row: not
@@ -90,8 +91,9 @@ def layer_sums_reference(weights, v, ns, M, *, rule: str = "strict", sorted_rows
 
 def _block_sums(a, x, dl, M, lo, *, ns: tuple, rule: str, window: int = 0):
   """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
-  C = lo + R keys they can see (the records' dtype; cast to x's), x (C, d) on the sphere, dl (R,) their deltas, ns the K values
-  of N (static); window: static W > 0 in a sliding-window layer. Every N at once:
+  C = lo + R keys they can see (the records' dtype; cast to x's), x (C, d) on the sphere,
+  dl (R,) their deltas, ns the K values of N (static); window: static W > 0 in a
+  sliding-window layer. Every N at once:
 
   - s_N = Σ_{i ∈ I_N} α_i x_i for every N from the top-k keys in selection order (R, k, d)
     (O(R·K·k·d), not a masked (R, C) product per N);

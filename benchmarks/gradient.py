@@ -134,9 +134,19 @@ def _part_rows(rows, rows64, mask, Ts, rtol, rates):
   a = common.alternate(ref, ours, FLAGS.pairs)
   floor_a = vis * Ts.size / rates["float32"]
   st = screen.stats(Ts)
+  norms, lem = ref()  # the decisions every Newton value gives: the screen must equal them
+  fin = np.isfinite(lem)
+  paper = np.minimum(1 / (4 * Ts), np.sqrt(2)) * (1 + rtol)
+  want = {"n_exceed_paper": (norms > paper).sum(0),
+          "n_exceed_tight": (norms > 1 / (2 * Ts) * (1 + rtol)).sum(0),
+          "n_exceed_lemma2": (fin & (norms > lem * (1 + rtol))).sum(0), "lemma2_finite": fin.sum(0)}
+  for k, v in want.items():
+    np.testing.assert_array_equal(st[k], v, err_msg=k)
+  np.testing.assert_allclose(st["max_norm"], norms.max(0), rtol=1e-14)
   print(common.line("all rows (decisions + max)", a)
         + f"; ours/floor {a['ours_median_s'] / floor_a:.1f}x (floor {floor_a:.2f} s); Newton on "
-        f"{int(st['newton'].sum())}/{R * Ts.size} pairs", flush=True)
+        f"{int(st['newton'].sum())}/{R * Ts.size} pairs; decisions and max equal to Newton's "
+        "on every pair", flush=True)
   return a, floor_a
 
 

@@ -103,8 +103,8 @@ def test_float32_bracket_with_margin_brackets_the_float64_eigenvalue():
     rng = np.random.default_rng(1)
     l, m = _adversarial_rows(rng)
     T = jnp.asarray(TS)
-    lo, hi, _ = gradient_screen._screen_chunk(jnp.asarray(l), jnp.asarray(m), T,
-                                              dtype=jnp.float64)
+    lo, hi, _, _ = gradient_screen._screen_chunk(jnp.asarray(l), jnp.asarray(m), T,
+                                                 dtype=jnp.float64)
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     d = gradient_screen.margin(l.shape[1])
     bare_misses = 0
@@ -116,6 +116,69 @@ def test_float32_bracket_with_margin_brackets_the_float64_eigenvalue():
       assert np.all(hi[:, k] * (1 + d) + 2.0 ** -100 >= lam - slack), t
       bare_misses += int(np.sum((lo[:, k] > lam + slack) | (hi[:, k] < lam - slack)))
     assert bare_misses > 0
+
+
+def _secular(a, b, q, theta, delta):
+  with jax.enable_x64(True):
+    below, above = gradient_screen.secular_decide(*(jnp.asarray(np.asarray(x, np.float64))
+                                                    for x in (a, b, q, theta)), delta)
+    return np.asarray(below), np.asarray(above)
+
+
+def test_secular_test_against_eigvalsh_on_both_sides_of_each_threshold():
+  """The secular test (screen.secular_decide) from the screen's own float32 α₁, α₂, q with its
+  margin δ: at thresholds θ = λ(1 ± r) around the float64 eigvalsh λ of every adversarial row
+  × 26 temperatures it never decides the wrong side (r down to 1e-12, inside η = 1e-9, where
+  it must decide nothing), and it decides more than half of the pairs at r = 1e-2 (both
+  sides together), where the bracket alone is up to 2× wide."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(5)
+    l, m = _adversarial_rows(rng)
+    _, _, abq, _ = gradient_screen._screen_chunk(jnp.asarray(l), jnp.asarray(m),
+                                                 jnp.asarray(TS), dtype=jnp.float64)
+    a, b, q = (np.asarray(x, np.float64) for x in abq)  # (R, K) each
+    d = gradient_screen.margin(l.shape[1])
+    decided = {1e-2: 0, 1e-12: 0}
+    n_pairs = 0
+    for k, t in enumerate(TS):
+      lam = _lambda_max(np.asarray(normalizers.softmax(jnp.asarray(l), t, jnp.asarray(m))))
+      live = lam > 1e-30  # one-hot rows (λ = 0 in float64) have no threshold around them
+      n_pairs += int(live.sum())
+      for r in (1e-2, 1e-4, 1e-6, 1e-9 * 2, 1e-12):
+        below, _ = _secular(a[:, k], b[:, k], q[:, k], lam * (1 + r), d)
+        _, above = _secular(a[:, k], b[:, k], q[:, k], lam * (1 - r), d)
+        _, wrong_above = _secular(a[:, k], b[:, k], q[:, k], lam * (1 + r), d)
+        wrong_below, _ = _secular(a[:, k], b[:, k], q[:, k], lam * (1 - r), d)
+        assert not (wrong_above & live).any(), (t, r)
+        assert not (wrong_below & live).any(), (t, r)
+        if r in decided:
+          decided[r] += int((below & live).sum() + (above & live).sum())
+    assert decided[1e-12] == 0  # inside η nothing is decided: those pairs go to Newton
+    assert decided[1e-2] > n_pairs  # more than half of the pairs, on both sides
+
+
+def test_secular_test_closed_forms_on_two_and_three_key_rows():
+  """Two visible keys (α₁ = p, α₂ = 1 − p, q = α₂²: λ = 2p(1 − p) exactly, both bounds of F
+  are F) and tied lower keys (α = (a, c, c, …): ψ = q/(λ − c) exactly): decided on the right
+  side 1e-6 from λ with exact inputs, undecided within η; a one-line slip in either bound of
+  F (q for α₂², the wrong interval end) decides a wrong side here."""
+  for p in (0.6, 0.75, 0.9, 0.99):
+    a, b = p, 1 - p
+    lam = 2 * p * (1 - p)
+    for sign, side in ((1, 0), (-1, 1)):  # θ above λ: below; θ under λ: above
+      got = _secular(a, b, b * b, lam * (1 + sign * 1e-6), 1e-15)
+      assert got[side] and not got[1 - side], (p, sign)
+    assert not any(_secular(a, b, b * b, lam * (1 + 1e-10), 1e-15))
+  # α = (0.5, 0.1 × 5): λ solves 0.25/(0.5 − λ) = 1 + 0.05/(λ − 0.1)
+  a, c, n = 0.5, 0.1, 5
+  w = np.r_[a, np.full(n, c)]
+  lam = _lambda_max(w[None])[0]
+  q = n * c * c
+  assert _secular(a, c, q, lam * (1 + 1e-6), 1e-15)[0]        # F's lower bound is exact here
+  assert not _secular(a, c, q, lam * (1 - 1e-6), 1e-15)[0]
+  # thresholds outside (α₂, α₁): decided by λ ≤ α₁ and λ ≥ α₂ alone
+  assert _secular(a, c, q, 0.6, 1e-15)[0] and _secular(a, c, q, 0.05, 1e-15)[1]
+  assert not any(_secular(np.nan, c, q, 0.3, 1e-15))        # NaN inputs decide nothing
 
 
 def _reference_stats(l, m, Ts, rtol):

@@ -51,7 +51,8 @@ EXPERIMENT = "gradient"
 UNIT = "t_batch"  # the resumable unit (limits.runs.resume): one batch of temperatures
 DEFAULT_EPSILONS = "1e-3,1e-1,10"
 SCREEN_PAIR_BYTES = 1 << 30  # the screen's per-(row, T) memory for one pass over the rows
-SCREEN_BYTES_PER_PAIR = 16  # its widened bracket λ₀/T, λ¹/T in float64 (screen.Screen)
+SCREEN_BYTES_PER_PAIR = 28  # its widened bracket λ₀/T, λ¹/T in float64 and the secular test's
+#   float32 α₁, α₂, q (screen.Screen)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -289,6 +289,31 @@ def test_fd_rows_cut_to_span_equal_full_length():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14 / eps.min())
 
 
+def test_span_groups_round_the_span_up_to_the_step_or_a_power_of_two():
+  """span_groups: last visible key + 1 rounded up to a multiple of ``step`` (at least
+  min_width, at most L), or to a power of two; both sides of each boundary (a span equal to a
+  multiple stays, one key more moves up), a fully masked row counts as span 1."""
+  L = 700
+  last = np.array([0, 127, 128, 255, 256, 257, 511, 512, 513, 699])  # last visible key
+  m = np.arange(L)[None] <= last[:, None]
+  m = np.vstack([m, np.zeros((1, L), bool)])  # and an empty row
+  span = np.r_[last + 1, 1]
+
+  def widths(groups):
+    w = np.zeros(m.shape[0], int)
+    for rows, width in groups:
+      w[rows] = width
+    return w
+
+  want_step = np.minimum(L, np.maximum(128, -(-span // 256) * 256))
+  np.testing.assert_array_equal(widths(sensitivity.span_groups(m, step=256)), want_step)
+  np.testing.assert_array_equal(want_step[:10], [256, 256, 256, 256, 512, 512, 512, 700, 700,
+                                                 700])  # spans 256 | 257 and 512 | 513
+  want_pow2 = np.minimum(L, np.maximum(128, 2 ** np.ceil(np.log2(span)).astype(int)))
+  np.testing.assert_array_equal(widths(sensitivity.span_groups(m)), want_pow2)
+  assert sorted(w for _, w in sensitivity.span_groups(m, step=256)) == [256, 512, 700]
+
+
 def test_counterexample_closed_form_and_its_numeric_check():
   with jax.enable_x64(True):
     for T in (1e-3, 0.3, 50.0):

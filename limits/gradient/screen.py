@@ -46,7 +46,7 @@ Newton in the run's dtype (float64 by default), so the decisions are those of th
 path. A non-finite bracket, or T outside [2⁻¹⁰⁰, 2¹⁰⁰], leaves the pair to Newton.
 
 **Shapes.** Rows are grouped by visible span (last visible key + 1, rounded up to a multiple of
-``sensitivity.SPAN_STEP`` = 128: a causal query at position t costs t + 64 keys on average);
+``sensitivity.SPAN_STEP`` = 256: a causal query at position t costs t + 128 keys on average);
 each group is one jitted call that walks the rows in chunks of ≈ 2¹⁸ (row, T, key) elements
 (the L2-sized block) with ``lax.map``. Nothing per row leaves the device: the result is a dict of (K,) per-temperature counts and maxima.
 """

@@ -10,11 +10,14 @@ alternating in one process (``benchmarks.common.alternate``; compiles excluded):
 
 - all rows: reference = the exact norm of every (row, T) by Newton in blocks of 4M elements
   (``sensitivity.softmax_norms``) and Lemma 2's bound on the host (``lemma2_all_rows``); ours =
-  ``gradient_screen.Screen.stats`` (float32 bracket, Newton on the open pairs only);
+  ``gradient_screen.Screen.stats`` (float32 bracket and secular test, Newton on the open pairs
+  only); its counts and max are asserted equal to the reference's decisions on every pair;
 - g(T, ε) on ``--fd_rows`` sampled rows per (layer, head): reference = ``sensitivity.fd_rows``
   with the masked ``normalizers.softmax`` (rows cut to their causal span, L2-sized chunks; the
   step at c5f0aa7); ours = the same with the softmax on −inf-masked logits and one reciprocal
-  per row (``gradient_rows._softmax_inf``). Agreement: max |Δg|·ε (‖Δα‖ units);
+  per row (``gradient_rows._softmax_inf``) on one (S, K, E + 1, L) block per chunk, the row
+  maxima taken before the division by T (``gradient_rows._g_plain``). Agreement: max |Δg|·ε
+  (‖Δα‖ units);
 - ``pass``: the screen over the whole grid of 26 temperatures: reference = one pass over the
   rows per batch of ``--t_batch`` temperatures (the step until the thirteenth session);
   ours = one pass for all 26 (``task.SCREEN_PAIR_BYTES``), the rows streamed from the records

@@ -234,6 +234,45 @@ def test_screen_decisions_equal_all_newton_on_adversarial_and_threshold_rows():
     assert got["newton"].sum() < l.shape[0] * Ts.size  # the bracket decided the rest
 
 
+def test_newton_from_rows_kept_by_the_bracket_pass_equals_a_second_pass(monkeypatch):
+  """The rows pass 1 keeps for Newton (screen.KEEP_BYTES) give the numbers of a second pass
+  over the blocks (KEEP_BYTES = 0), number for number, on rows streamed in 3 blocks with
+  two-key rows on both sides of 1/(4T) (so Newton has pairs in several blocks); one pass over
+  the blocks with the kept rows, two without; both equal to all-Newton's decisions."""
+  from limits.gradient.blocks import RowBlocks
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(6)
+    l, m = _adversarial_rows(rng)
+    extra = []
+    for sign in (1, -1):
+      lam = 0.25 * (1 + sign * 1e-7)
+      p = (1 + np.sqrt(1 - 2 * lam)) / 2
+      extra.append(np.r_[np.log(p), np.log(1 - p), np.zeros(l.shape[1] - 2)])
+    l = np.vstack([extra[0], l[:60], extra[1], l[60:], extra])
+    m = np.vstack([m[-4:-3], m[:60], m[-4:-3], m[60:], m[-4:-3], m[-4:-3]])
+    m[[0, 61, -2, -1]] = np.arange(l.shape[1]) < 2
+    cuts = [0, 50, 110, l.shape[0]]
+    passes = []
+
+    def blocks():
+      passes.append(1)
+      return iter([(a, l[a:b], m[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
+
+    src = RowBlocks(l.shape[0], l.shape[1], l.dtype, blocks)
+    rtol = 100 * np.finfo(np.float64).eps
+    Ts = np.r_[TS, 1.0]
+    kept = gradient_screen.Screen(src, None, np.float64, rtol).stats(Ts)
+    assert len(passes) == 1
+    monkeypatch.setattr(gradient_screen, "KEEP_BYTES", 0)
+    again = gradient_screen.Screen(src, None, np.float64, rtol).stats(Ts)
+    assert len(passes) == 3
+    for key in kept:
+      np.testing.assert_array_equal(kept[key], again[key], err_msg=key)
+    assert kept["newton"].sum() >= 4  # Newton ran, on rows of more than one block
+    _assert_same_decisions(kept, _reference_stats(l, m, Ts, rtol), l.shape[0])
+
+
 @pytest.mark.slow  # ~25 s idle (93 s at load 20): the reference is Newton on every pair
 def test_screen_decisions_equal_all_float64_on_the_embedded_model():
   """Every (layer, head, query) row of the embedded model at L = 64, 26 temperatures: the

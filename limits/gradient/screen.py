@@ -60,6 +60,7 @@ import numpy as np
 from limits.gradient import sensitivity
 
 BLOCK_ELEMS = 1 << 18  # elements of one (rows, T, keys) chunk: ~1 MB float32, fits L2
+KEEP_BYTES = 1 << 28  # rows pass 1 keeps for Newton (float32 + mask), else a second pass
 _ABS = 2.0 ** -100  # absolute slack of the float32 bracket (see the module docstring)
 _T_MIN, _T_MAX = 2.0 ** -100, 2.0 ** 100  # temperatures the float32 screen accepts
 
@@ -338,12 +339,26 @@ class _Pairs:
 
   def take(self, start, rows, mask):
     """Gathers the pairs whose rows are in the block ``rows[0]`` = row ``start``."""
-    a = self.done + self.n_buf
     b = int(np.searchsorted(self.rows, start + rows.shape[0]))
+    self._feed(b, lambda sel: (rows[sel - start, :self.w], mask[sel - start, :self.w]))
+
+  def take_kept(self, ids, rows, mask):
+    """Gathers every pair from rows kept by the bracket pass: ``ids`` (M,) ascending global
+    rows (a superset of the pairs' rows), ``rows``, ``mask`` (M, w) those rows cut to w."""
+    pos = np.searchsorted(ids, self.rows)  # (P,)
+    assert pos.size == 0 or (pos.max() < ids.size and np.array_equal(ids[pos], self.rows))
+    self._feed(self.rows.size, lambda sel: (rows[np.searchsorted(ids, sel)],
+                                            mask[np.searchsorted(ids, sel)]))
+
+  def _feed(self, b, get):
+    """Buffers the pairs done + buffered .. b (``get(global rows)`` → their (l, m) cut to w)
+    and sends every full ``size`` to Newton: the same calls, in the same order, whichever
+    way the rows come."""
+    a = self.done + self.n_buf
     for lo in range(a, b, self.size):
       hi = min(b, lo + self.size)
-      local = self.rows[lo:hi] - start
-      self.buf.append((np.asarray(rows[local, :self.w]), np.asarray(mask[local, :self.w])))
+      l, m = get(self.rows[lo:hi])
+      self.buf.append((np.asarray(l), np.asarray(m)))
       self.n_buf += hi - lo
       while self.n_buf >= self.size:
         self._send(self.size)
@@ -382,8 +397,9 @@ class _Pairs:
 
 
 class Screen:
-  """The all-rows decisions of a run: :meth:`stats` for any number of temperatures, two
-  passes over the rows (the bracket of every pair; then Newton on the pairs it leaves open).
+  """The all-rows decisions of a run: :meth:`stats` for any number of temperatures, one pass
+  over the rows (the bracket of every pair; the rows of the pairs it may leave open are kept,
+  up to :data:`KEEP_BYTES`, for Newton; past that, a second pass reads them).
   The task calls it once for every temperature its memory allows (``task.SCREEN_PAIR_BYTES``:
   the 26 of the paper grid at SmolLM2 paper settings), so the rows are read, cut to their
   span and their per-row facts computed once, not once per batch of temperatures; each pair
@@ -418,10 +434,17 @@ class Screen:
     return jax.device_put(np.concatenate([idx, np.full(pad, idx[0] if idx.size else 0,
                                                         idx.dtype)]))
 
-  def _bracket_pass(self, Td, K):
+  def _bracket_pass(self, Td, K, pd, td):
     """Pass 1: per span group w, the widened bracket (n_w, K) and the row facts of Lemma 2's
-    bound (n_w,) on the device, its rows (global, ascending) and first row; and the largest
-    λ₀/T per T over every row."""
+    bound (n_w,) on the device, its rows (global, ascending) and first row; the largest
+    λ₀/T per T over every row; and ``kept``: per w, (global rows (M,), rows, mask (M, w)) the
+    rows that may need Newton, or None when they exceed :data:`KEEP_BYTES` (then Newton reads
+    the rows in a pass of their own).
+
+    A row is kept when one of its pairs is open by :func:`_decide_fn` with the largest λ₀/T
+    so far (this group's included) in place of the final one: that maximum only grows, so
+    every pair open at the end was open then, and the kept rows hold every row Newton needs.
+    """
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -429,6 +452,8 @@ class Screen:
     dt = self.dtype
     parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n (n, K), abq (n, 3, K), r, count (n,))]
     first: dict = {}
+    kept: dict | None = {}  # w -> [(global rows (m,), rows (m, w) f32, mask (m, w))]
+    kept_bytes = 0
     max_lo = np.full(K, -np.inf, dt)
     for start, rows, mask in self.source.blocks():
       host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
@@ -437,18 +462,30 @@ class Screen:
         chunk = max(1, self.block_elems // (K * w))
         out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
                                                             self._padded(idx, chunk), Td)
-        parts.setdefault(w, []).append(
-            (start + idx,) + tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:5]))
+        part = tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:5])
+        parts.setdefault(w, []).append((start + idx,) + part)
         max_lo = np.maximum(max_lo, np.asarray(jax.device_get(out[5])))
         if w not in first:
           first[w] = (np.asarray(rows[idx[0], :w]), host_mask[idx[0], :w])
+        if kept is not None:
+          und = _decide_fn(idx.size, self.rtol, w)(*part, jax.device_put(max_lo), Td, pd, td)[0]
+          sel = idx[np.asarray(jax.device_get(jnp.any(und, axis=1)))]
+          kept_bytes += sel.size * w * 5
+          if kept_bytes > KEEP_BYTES:
+            kept = None
+          elif sel.size:
+            kept.setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
+                                           host_mask[sel, :w]))
       del rows_d, mask_d
     groups = {}
     for w in sorted(parts):
       p = parts[w]
       groups[w] = (np.concatenate([q[0] for q in p]),) + tuple(
           jnp.concatenate([q[i] for q in p]) for i in range(1, 6))
-    return groups, first, max_lo
+    if kept is not None:
+      kept = {w: tuple(np.concatenate([q[i] for q in v]) for i in range(3))
+              for w, v in kept.items()}
+    return groups, first, max_lo, kept
 
   def stats(self, temperatures) -> dict:
     """Per temperature (K,) NumPy: ``n_exceed_paper``, ``n_exceed_tight``,
@@ -471,7 +508,7 @@ class Screen:
       paper = np.minimum(1 / (4 * Ts), dt.type(bounds.SQRT2))  # Corollary 3 as printed
       tight = 1 / (2 * Ts)
     Td, pd, td = jax.device_put((Ts, paper, tight))
-    groups, first, max_lo = self._bracket_pass(Td, K)
+    groups, first, max_lo, kept = self._bracket_pass(Td, K, pd, td)
     max_lo_d = jax.device_put(max_lo)
     self.total = {k: np.zeros(K, np.int64) for k in
                   ("n_exceed_paper", "n_exceed_tight", "n_exceed_lemma2", "lemma2_finite",
@@ -491,7 +528,11 @@ class Screen:
       pos, k = flat // K, (flat % K).astype(np.int32)
       lem_pairs = np.asarray(jax.device_get(lem))[pos, k]
       open_pairs.append(_Pairs(self, w, rows[pos], k, lem_pairs, first[w], (Td, pd, td)))
-    if open_pairs:  # pass 2: the open pairs' rows, block by block
+    if open_pairs and kept is not None:  # the open pairs' rows, kept by pass 1
+      for pairs in open_pairs:
+        pairs.take_kept(*kept[pairs.w])
+        pairs.finish()
+    elif open_pairs:  # pass 2: the open pairs' rows, block by block
       for start, rows, mask in self.source.blocks():
         for pairs in open_pairs:
           pairs.take(start, rows, mask)

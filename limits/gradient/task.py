@@ -13,8 +13,9 @@ labels name the options of docs/ambiguities.md) and :func:`run` measures:
 - Corollary 3 in the paper's form min{1/(4T), √2} and the tight bound 1/(2T), counting every
   row whose exact norm exceeds either (softmax only: the bounds are about softmax), Lemma 2's
   bound on every row, and the largest T‖J‖ over every row: decided for every (row, T) by
-  ``gradient_screen.Screen`` (a proved one-pass bracket of the norm, Newton's exact norm only
-  where the bracket cannot decide; the same decisions as the exact norm of every pair), and the
+  ``gradient_screen.Screen`` (a proved one-pass bracket of the norm and the secular test,
+  Newton's exact norm only where neither decides; the same decisions as the exact norm of
+  every pair), and the
   tied-top-two counterexample row (α = (½, ½, 0, …), ‖J‖₂ = 1/(2T) exactly: the closed form,
   with a numeric check on a short row).
 

@@ -435,8 +435,9 @@ class Screen:
                                                         idx.dtype)]))
 
   def _bracket_pass(self, Td, K, pd, td):
-    """Pass 1: per span group w, the widened bracket (n_w, K) and the row facts of Lemma 2's
-    bound (n_w,) on the device, its rows (global, ascending) and first row; the largest
+    """Pass 1: per span group w, its parts (one per block, in row order): rows (global,
+    ascending), the widened bracket (n, K), the secular test's inputs and the row facts of
+    Lemma 2's bound (n,) on the device; the group's first row; the largest
     λ₀/T per T over every row; and ``kept``: per w, (global rows (M,), rows, mask (M, w)) the
     rows that may need Newton, or None when they exceed :data:`KEEP_BYTES` (then Newton reads
     the rows in a pass of their own).
@@ -477,11 +478,7 @@ class Screen:
             kept.setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
                                            host_mask[sel, :w]))
       del rows_d, mask_d
-    groups = {}
-    for w in sorted(parts):
-      p = parts[w]
-      groups[w] = (np.concatenate([q[0] for q in p]),) + tuple(
-          jnp.concatenate([q[i] for q in p]) for i in range(1, 6))
+    groups = {w: parts[w] for w in sorted(parts)}  # not concatenated: half the peak memory
     if kept is not None:
       kept = {w: tuple(np.concatenate([q[i] for q in v]) for i in range(3))
               for w, v in kept.items()}
@@ -516,18 +513,22 @@ class Screen:
     self.max_norm = np.full(K, -np.inf, dt)
     self.nan = np.zeros(K, bool)
     open_pairs = []
-    for w, (rows, lo_n, hi_n, abq, r, cnt) in groups.items():
-      und, counts, n_und, lem = _decide_fn(rows.size, self.rtol, w)(lo_n, hi_n, abq, r, cnt,
-                                                                    max_lo_d, Td, pd, td)
-      counts, n_und_h = jax.device_get((counts, n_und))
-      for key, v in counts.items():
-        self.total[key] += v
-      if int(n_und_h) == 0:
-        continue
-      flat = np.flatnonzero(np.asarray(jax.device_get(und)))  # (row, T) order
-      pos, k = flat // K, (flat % K).astype(np.int32)
-      lem_pairs = np.asarray(jax.device_get(lem))[pos, k]
-      open_pairs.append(_Pairs(self, w, rows[pos], k, lem_pairs, first[w], (Td, pd, td)))
+    for w, parts in groups.items():
+      found = []  # per part: (rows, T index, Lemma 2 bound) of its open pairs, (row, T) order
+      for rows, lo_n, hi_n, abq, r, cnt in parts:
+        und, counts, n_und, lem = _decide_fn(rows.size, self.rtol, w)(lo_n, hi_n, abq, r, cnt,
+                                                                      max_lo_d, Td, pd, td)
+        counts, n_und_h = jax.device_get((counts, n_und))
+        for key, v in counts.items():
+          self.total[key] += v
+        if int(n_und_h) == 0:
+          continue
+        flat = np.flatnonzero(np.asarray(jax.device_get(und)))  # (row, T) order
+        pos, k = flat // K, (flat % K).astype(np.int32)
+        found.append((rows[pos], k, np.asarray(jax.device_get(lem))[pos, k]))
+      if found:
+        open_pairs.append(_Pairs(self, w, *(np.concatenate([f[i] for f in found])
+                                            for i in range(3)), first[w], (Td, pd, td)))
     if open_pairs and kept is not None:  # the open pairs' rows, kept by pass 1
       for pairs in open_pairs:
         pairs.take_kept(*kept[pairs.w])
@@ -539,6 +540,6 @@ class Screen:
       for pairs in open_pairs:
         pairs.finish()
     total = self.total
-    total["rows"] = np.full(K, sum(g[0].size for g in groups.values()), np.int64)
+    total["rows"] = np.full(K, sum(p[0].size for g in groups.values() for p in g), np.int64)
     total["max_norm"] = np.where(self.nan, np.nan, self.max_norm)
     return total

@@ -152,7 +152,9 @@ def test_printed_expectations_folded_into_layer_stats(blocks):
   kernel equal limits.distance.printed.layer_expectation_means (the reference, full L² per head) to
   1e-12 relative (float64, same terms summed in another order), and its HeadStats equal the
   host-threshold path's bitwise (selection on the device vs on the host, d_1 from prefix
-  maxima vs the gather), with ties at the N-th place."""
+  maxima vs the gather), with ties at the N-th place; except d_max (sum form) to 1e-14
+  relative: the device path sums the spread Σ_{i∉I_N}|ᾱ_N − α_i| in closed form
+  (ᾱ_N·|rest| − (m − ᾱ_N), weights >= 0), the host path term by term (1 ulp measured)."""
   from limits.distance import kernels as df
   from limits.distance import printed
 
@@ -169,7 +171,11 @@ def test_printed_expectations_folded_into_layer_stats(blocks):
       np.testing.assert_allclose(means[key][0], ref[key], rtol=1e-12, err_msg=key)
     host = df.layer_stats(w, x, ns, sorted_rows=selection.sort_rows(w), blocks=blocks)
     for name in st._fields:
-      np.testing.assert_array_equal(getattr(st, name), getattr(host, name), err_msg=name)
+      if name in ("dmax_sum", "max_ratio_sum"):
+        np.testing.assert_allclose(getattr(st, name), getattr(host, name), rtol=1e-14,
+                                   err_msg=name)
+      else:
+        np.testing.assert_array_equal(getattr(st, name), getattr(host, name), err_msg=name)
 
 
 def test_layer_kernels_make_no_implicit_host_transfer():

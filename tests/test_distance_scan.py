@@ -7,7 +7,7 @@ import pytest
 
 from limits.distance import model as distance_model
 from limits.distance.kernels import top_k_size
-from limits.distance.scan import ScanSamples, scan_n_max
+from limits.distance.scan import SCAN_TOP_MIN, ScanSamples, scan_n_max
 from limits.errors import LimitsError
 from limits.models import gpt2
 
@@ -55,8 +55,9 @@ def test_fast_scan_equals_the_hook_path_on_a_random_model(L, cache, batches):
       for key, v in ref.items():
         np.testing.assert_allclose(got[key], v, rtol=1e-10, atol=1e-12, err_msg=f"{key} {ns}")
     # the kept order grows with the largest N asked (padded to kmax + 1 before it is full)
-    assert k_top == [min(top_k_size(max(ns), L), fast.kmax) for ns in batches], k_top
-    assert k_top[0] < fast.kmax
+    assert k_top == [min(top_k_size(max(max(ns), SCAN_TOP_MIN), L), fast.kmax)
+                     for ns in batches], k_top
+    assert k_top[0] < fast.kmax and k_top[-1] == fast.kmax  # padded, then grown
     assert bool(fast._tops) == (cache == 1 << 17)  # the order kept apart only there
     assert np.isnan(fast([L - 1])["d_sum"]).sum() == 0  # t = L - 1 > N counts
 

@@ -10,6 +10,11 @@ query block is two (R, C)·(C, d) products through the Gram identities:
 
   s_N = A_N X (R, d),  c_N = s_N Xᵀ (R, C),  ‖α_i x_i − s‖² = α_i²‖x_i‖² − 2α_i c_i + ‖s‖².
 
+Per-N passes over a block's (R, C) rows are what a layer costs (issue 27): what does not
+depend on N is done once per block (the Jensen gap's sum, the d_1 gathers of the selection
+order, :func:`.farthest.prefix_gathers`), and the d_max spread of non-negative rows is a closed
+form (:func:`_block_rows`); Algorithm 3's search (``lean``) skips the gap it does not read.
+
 Compile time (what a short run pays): the per-N body is traced once and looped over the K
 values of N (``lax.map``), float32 records are selected as they are (no float64 tie fallback
 is compiled for them) and cast to the compute dtype after, and a layer is one causal block
@@ -400,11 +405,13 @@ def _device_arrays(weights, x, dtype):
 
 
 def top_k_size(n_max: int, L: int) -> int:
-  """The static top-k size of the device path for a largest N of ``n_max``: the next power of
-  two (at least 8), at most L. A larger k selects the same first N keys (values unchanged), and
-  Algorithm 3's ascending scan, whose batches of N all have another maximum, then compiles
-  the layer kernel about log2(128 / 8) + 1 = 5 times instead of once per batch (~36 s each
-  at L = 256, 4 heads of 256 dimensions, loaded machine; 0.16 s per call once compiled)."""
+  """A bucketed static top-k size for a largest N of ``n_max``: the next power of two (at
+  least 8), at most L. A larger k selects the same first N keys (values unchanged); Algorithm
+  3's ascending scan (:mod:`limits.distance.scan`) sizes its kernel (N_max) and its kept
+  selection order (the largest N asked so far) with it, so that batches with another maximum
+  share a compile (~36 s each at L = 256, 4 heads of 256 dimensions, loaded machine; 0.16 s
+  per call once compiled). :func:`layer_stats` (Algorithms 1-2, one call per layer and L with
+  the same Ns) takes the exact max N: lax.top_k's time grows with k."""
   return int(min(max(8, 1 << (int(n_max) - 1).bit_length()), L))
 
 

@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.distance.kernels import block_visible, causal_blocks, check_window
-from limits.selection import ranks_from_top, sort_desc, sort_rows, top_k_rows, visible_window
-from limits.separability.rows import (_bounds_from_selected, row_stats,
+from limits.selection import sort_desc, sort_rows, top_k_rows, visible_window
+from limits.separability.rows import (row_stats,
                                       window_min_pairwise_distance)
 
 LAYER_FIELDS = ("frac", "lower", "lower_raw", "upper", "r", "delta", "upper_printed", "count")
@@ -89,64 +89,169 @@ def layer_sums_reference(weights, v, ns, M, *, rule: str = "strict", sorted_rows
                      (weights, v, sorted_rows))
 
 
-def _block_sums(a, x, dl, M, lo, *, ns: tuple, rule: str, window: int = 0):
-  """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
-  C = lo + R keys they can see (the records' dtype; cast to x's), x (C, d) on the sphere,
-  dl (R,) their deltas, ns the K values of N (static); window: static W > 0 in a
-  sliding-window layer. Every N at once:
+def _ragged(ns: tuple, k: int):
+  """Static layout of the (N, i) pairs with i < min(N, k): every N's selected places in
+  selection order, concatenated (P = Σ_N min(N, k) places instead of K·k).
 
-  - s_N = Σ_{i ∈ I_N} α_i x_i for every N from the top-k keys in selection order (R, k, d)
-    (O(R·K·k·d), not a masked (R, C) product per N);
+  Returns (m (P,) the index of N of each place, i (P,) its rank, seg (P, K) 0/1 the place's
+  N, loo (k, P) 0/1 with loo[j, p] = 1 iff j < N and j != i: ``w @ loo`` is Theorem 2's
+  leave-one-out sum over I_N \\ {i} for every place at once, a sum of exact terms, so a
+  selection with one non-zero weight gives exactly 0 (see rows._leave_one_out_sum))."""
+  m = np.concatenate([np.full(min(n, k), j) for j, n in enumerate(ns)]).astype(np.int32)
+  i = np.concatenate([np.arange(min(n, k)) for n in ns]).astype(np.int32)
+  seg = (m[:, None] == np.arange(len(ns))[None, :])
+  cut = np.minimum(np.asarray(ns), k)[m]                     # (P,) min(N, k) of each place
+  j = np.arange(k)[:, None]
+  loo = (j < cut[None, :]) & (j != i[None, :])
+  return m, i, seg, loo
+
+
+def _sq_dist(a, xx, xs, ss):
+  """‖α_j x_j − s‖² by the Gram identity, clipped at 0; the one formula for selected and
+  non-selected keys, so a tie (same α and x) gets the same bits on both sides."""
+  return jnp.maximum(a * a * xx - 2 * a * xs + ss, 0)
+
+
+def _context_vectors(a_top, x_top, ns: tuple, k: int):
+  """s_N = Σ_{i < N} α_(i) x_(i) (R, K, d) for every N from the sorted top-k weights a_top
+  (R, k; 0 for a masked key) and their vectors x_top (R, k, d): the sum over each stretch
+  between consecutive values of min(N, k), then a running sum over the stretches (each key's
+  product once: R·k·d, not R·K·k·d as a masked (K, k) @ (k, d) product per row)."""
+  cuts = sorted({min(n, k) for n in ns})                     # static stretch ends
+  y = a_top[..., None] * x_top                               # (R, k, d)
+  run, at, lo = 0, {}, 0
+  for hi in cuts:
+    run = run + jnp.sum(y[:, lo:hi], axis=1)                 # (R, d)
+    at[hi], lo = run, hi
+  return jnp.stack([at[min(n, k)] for n in ns], axis=1)
+
+
+def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0):
+  """(K, F) sums of the queries lo … lo + R − 1 of one head (lo may be traced): a (R, C) their
+  weights over the C keys of their causal block (the records' dtype; cast to x's), x (C, d) on
+  the sphere, dl (R,) their deltas, valid (R,) bool the row is a query (False: padding), ns
+  the K values of N (static); window: static W > 0 in a sliding-window layer. Every N at once:
+
+  - the top k = max N + 1 keys of each row from one ``lax.top_k`` (selection order: weight
+    descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
+    the index of the last tied key kept), so no (R, C) rank array is built;
+  - s_N = Σ_{i ∈ I_N} α_i x_i for every N from the top-k keys (R, K, d);
   - ⟨x_j, s_N⟩ for every visible key j and every N in one product (R·K, d) @ (d, C): r, the
     minimum over the non-selected keys, needs all of them (Algorithm 4's dominant work);
-  - the selected keys' distances gathered from the same (R, K, C) matrix, so a selected and
-    a non-selected key with the same α and x get the same bits (a tie ‖α_i x_i − s‖ = r is
-    decided as the reference decides it when both sides round alike).
+  - the selected keys' ⟨x_i, s_N⟩ gathered from the same product and their distances from
+    the same formula (:func:`_sq_dist`), so a tie with the key that sets r is decided as the
+    reference decides it;
+  - Theorem 2's ξ_i and bounds over the P = Σ_N min(N, k) selected places only
+    (:func:`_ragged`), not K·k.
   """
   R, C = a.shape
   dt = x.dtype
   K, kmax = len(ns), max(ns)
-  ns = jnp.asarray(ns, jnp.int32)                            # (K,)
-  vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   k = min(kmax + 1, C)
+  pm, pi, seg, loo = _ragged(ns, k)                          # (P,), (P,), (P, K), (k, P)
+  P = pm.shape[0]
+  cut_pos = np.minimum(np.asarray(ns), k) - 1                # (K,) place of each N's last key
+  vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   # Selection on the records' own values: float32 records cast to float64 keep their order
   # and ties exactly, so top_k_rows needs no float64 fallback (its lax.cond and stable sort).
-  idx = top_k_rows(jnp.where(vis, a, 0), vis, k, ns)         # (R, k) selection order
+  idx = top_k_rows(jnp.where(vis, a, 0), vis, k, jnp.asarray(ns, jnp.int32))  # (R, k)
   a = jnp.where(vis, a.astype(dt), 0)
-  rank = ranks_from_top(idx, C)                              # (R, C)
   a_top = jnp.take_along_axis(a, idx, axis=-1)               # (R, k) weights, sorted
   vis_top = jnp.take_along_axis(vis, idx, axis=-1)
-  x_top = x[idx]                                             # (R, k, d)
   xx = jnp.sum(x * x, axis=-1)                               # (C,)
-  keep_t = jnp.sum(vis, axis=-1)                             # visible keys per query
-  in_n = vis_top[:, None] & (jnp.arange(k)[None, None, :] < ns[None, :, None])  # (R, K, k)
-  # (R, K, d) context vectors: a batched (K, k) @ (k, d) product per row (a cumsum over k
-  # lowers to an O(k²) reduce-window on CPU: 10x slower).
-  s = jnp.einsum("rnk,rkd->rnd", jnp.where(in_n, a_top[:, None], 0), x_top)
+  n_vis = jnp.sum(vis, axis=-1)                              # (R,) visible keys per query
+  s = _context_vectors(a_top, x[idx], ns, k)                # (R, K, d)
   xs = jnp.einsum("rnd,cd->rnc", s, x)                       # (R, K, C) ⟨x_j, s_N⟩
   ss = jnp.sum(s * s, axis=-1)                               # (R, K)
-  d2 = jnp.maximum(a[:, None] * a[:, None] * xx - 2 * a[:, None] * xs + ss[..., None], 0)
-  nonsel = vis[:, None] & (rank[:, None] >= ns[None, :, None])           # (R, K, C)
+  # I_N as a threshold: key j is selected iff α_j > α_(N) or (α_j = α_(N) and j <= the
+  # index of the N-th key): lax.top_k's order (ties to the lower index). Rows with <= N
+  # visible keys select them all (their α_(N) is a masked key's: every visible j passes).
+  thr = jnp.where(vis_top[:, cut_pos], a_top[:, cut_pos], -1.0)  # (R, K) α_(N)
+  cut = idx[:, cut_pos]                                      # (R, K)
+  jpos = jnp.arange(C, dtype=jnp.int32)
+  sel = (a[:, None] > thr[..., None]) | ((a[:, None] == thr[..., None])
+                                         & (jpos <= cut[..., None]))
+  nonsel = vis[:, None] & ~sel                               # (R, K, C)
+  d2 = _sq_dist(a[:, None], xx, xs, ss[..., None])           # (R, K, C)
   # r = min over non-selected of the distance; sqrt is monotone, so sqrt(min) = min(sqrt).
   r = jnp.sqrt(jnp.min(jnp.where(nonsel, d2, jnp.inf), axis=-1))         # (R, K)
-  dist = jnp.sqrt(jnp.take_along_axis(d2, jnp.broadcast_to(idx[:, None], (R, K, k)), axis=-1))
+  # The P selected places: ⟨x_i, s_N⟩ gathered from the same product.
+  flat = (pm * C)[None, :] + jnp.take(idx, pi, axis=-1)     # (R, P) into (K·C)
+  xs_p = jnp.take_along_axis(xs.reshape(R, K * C), flat, axis=-1)        # (R, P)
+  a_p = jnp.take(a_top, pi, axis=-1)                         # (R, P)
+  sel_p = jnp.take(vis_top, pi, axis=-1)                     # (R, P) a visible key
+  r_p = jnp.take(r, pm, axis=-1)                             # (R, P)
+  dist = jnp.sqrt(_sq_dist(a_p, jnp.take(xx, jnp.take(idx, pi, axis=-1)), xs_p,
+                           jnp.take(ss, pm, axis=-1)))
   if rule == "strict":
-    inside = in_n & (dist < r[..., None])
+    inside = sel_p & (dist < r_p)
   else:  # literal: the token that sets r is never outside B_r(s); only rows without one
-    inside = in_n & (dist <= r[..., None]) & ~jnp.any(nonsel, axis=-1)[..., None]
-  n_s = jnp.sum(inside, axis=-1)
-  n_eff = jnp.sum(in_n, axis=-1)
+    inside = sel_p & (dist <= r_p) & (n_vis[:, None] <= np.asarray(ns)[pm][None, :])
+  segf = jnp.asarray(seg, dt)                                # (P, K)
+  n_s = inside.astype(dt) @ segf                             # (R, K) exact counts
+  n_eff = sel_p.astype(dt) @ segf
   frac = jnp.where(n_eff > 0, n_s / jnp.maximum(n_eff, 1), 1.0).astype(dt)
-  # Theorem 2's bounds over the k <= max N + 1 sorted keys, every N at once (a loop over N
-  # with each N's own keys does fewer exps but multiplies the compile time by K).
-  lower_raw, upper, upper_p = _bounds_from_selected(
-      jnp.broadcast_to(a_top[:, None], (R, K, k)), in_n, M, dl[:, None], r, clip=False,
-      printed=True, product=True)                            # each (R, K)
-  keep = keep_t[:, None] > ns[None, :]                       # (R, K) t > N (AMBIG-8)
+  lower_raw, upper, upper_p = _bounds_ragged(a_top * vis_top, sel_p, jnp.asarray(loo, dt),
+                                             segf, pm, M, dl, r, n_eff)  # each (R, K)
+  keep = (n_vis[:, None] > np.asarray(ns)[None, :]) & valid[:, None]  # (R, K) t > N (AMBIG-8)
   z = lambda v: jnp.sum(jnp.where(keep, v, 0), axis=0)       # (K,)
   return jnp.stack([z(frac), z(jnp.maximum(lower_raw, 0)), z(lower_raw), z(upper),
                     z(r), z(jnp.broadcast_to(dl[:, None], (R, K))), z(upper_p),
                     jnp.sum(keep, axis=0).astype(dt)], axis=-1)
+
+
+ROW_CHUNK = 32  # queries per step inside a causal block: (32, K, C) float64 distances stay
+# in the L2 cache (256 rows at once spilled it: 1.6x the time of the product and the minimum)
+
+
+def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0):
+  """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
+  C = lo + R keys they can see, x (C, d), dl (R,): :func:`_rows_sums` over chunks of
+  ``ROW_CHUNK`` rows (``lax.map``: one compiled body per block; the last chunk padded with
+  rows that count nowhere)."""
+  R, C = a.shape
+  rc = min(ROW_CHUNK, R)
+  nc = -(-R // rc)
+  pad = nc * rc - R
+  a = jnp.pad(a, ((0, pad), (0, 0)))
+  dl = jnp.pad(dl, (0, pad))
+  first = jnp.arange(nc, dtype=jnp.int32) * rc               # (nc,) each chunk's first row
+
+  def one(args):
+    ac, dc, c0 = args
+    valid = c0 + jnp.arange(rc) < R
+    return _rows_sums(ac, x, dc, M, lo + c0, valid, ns=ns, rule=rule, window=window)
+
+  return jnp.sum(jax.lax.map(one, (a.reshape(nc, rc, C), dl.reshape(nc, rc), first)), axis=0)
+
+
+def _bounds_ragged(w, sel, loo, seg, pm, M, delta, r, n_eff):
+  """Theorem 2's raw lower, derived upper and printed upper bounds (R, K) from the P selected
+  places (:func:`_ragged`): w (R, k) the sorted weights (0 for a masked key), sel (R, P) the
+  place holds a visible key, loo (k, P), seg (P, K) 0/1, pm (P,) static, delta (R,), r (R, K),
+  n_eff (R, K). Same formulas as :func:`limits.separability.rows._bounds_from_selected`."""
+  dtype = w.dtype
+  M = jnp.asarray(M, dtype)
+  delta = jnp.clip(jnp.asarray(delta, dtype), 0, 2 * M)[:, None]        # (R, 1)
+  s1 = w @ loo                                               # (R, P) Σ_{I_N \ {i}} α_j
+  s2 = (w * w) @ loo                                         # (R, P) Σ_{I_N \ {i}} α_j²
+  xi2 = (M * M - delta * delta / 2) * s1 * s1 + (delta * delta / 2) * s2
+  xis = jnp.where(sel, jnp.sqrt(jnp.maximum(xi2, 0)), 0)     # (R, P)
+  nf = jnp.maximum(n_eff, 1).astype(dtype)
+  xi_sum = xis @ seg                                         # (R, K)
+  safe_r = jnp.where(r > 0, r, 1)
+  lower = jnp.where(r > 0, 1 - xi_sum / (nf * safe_r), -jnp.inf)
+  lower = jnp.where(n_eff > 0, lower, 1)
+  r_p = jnp.take(r, pm, axis=-1)                             # (R, P)
+  gap = jnp.maximum(xis - r_p, 0)                            # (ξ_i − r)_+ ; 0 when r = +inf
+  terms = jnp.where(sel, jnp.exp(-gap * gap / (2 * M * M)), 0)
+  upper = jnp.where(n_eff > 0, (terms @ seg) / nf, 1)
+  # The printed form (1/N)·Σ exp[−(r − ξ_i)²/(16M²)] (no positive part); 1 where r = +inf.
+  finite = jnp.isfinite(r)
+  d = jnp.where(jnp.take(finite, pm, axis=-1), r_p - xis, 0)
+  pterms = jnp.where(sel, jnp.exp(-d * d / (16 * M * M)), 0)
+  upper_printed = jnp.where((n_eff > 0) & finite, (pterms @ seg) / nf, 1)
+  return lower, upper, upper_printed
 
 
 ROW_BLOCK = 256  # queries per causal block: 4 blocks at L = 1,024 (0.62·L² of the products;

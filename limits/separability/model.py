@@ -112,20 +112,6 @@ def _sq_dist(a, xx, xs, ss):
   return jnp.maximum(a * a * xx - 2 * a * xs + ss, 0)
 
 
-def _context_vectors(a_top, x_top, ns: tuple, k: int):
-  """s_N = Σ_{i < N} α_(i) x_(i) (R, K, d) for every N from the sorted top-k weights a_top
-  (R, k; 0 for a masked key) and their vectors x_top (R, k, d): the sum over each stretch
-  between consecutive values of min(N, k), then a running sum over the stretches (each key's
-  product once: R·k·d, not R·K·k·d as a masked (K, k) @ (k, d) product per row)."""
-  cuts = sorted({min(n, k) for n in ns})                     # static stretch ends
-  y = a_top[..., None] * x_top                               # (R, k, d)
-  run, at, lo = 0, {}, 0
-  for hi in cuts:
-    run = run + jnp.sum(y[:, lo:hi], axis=1)                 # (R, d)
-    at[hi], lo = run, hi
-  return jnp.stack([at[min(n, k)] for n in ns], axis=1)
-
-
 def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0):
   """(K, F) sums of the queries lo … lo + R − 1 of one head (lo may be traced): a (R, C) their
   weights over the C keys of their causal block (the records' dtype; cast to x's), x (C, d) on
@@ -135,7 +121,8 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
   - the top k = max N + 1 keys of each row from one ``lax.top_k`` (selection order: weight
     descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
     the index of the last tied key kept), so no (R, C) rank array is built;
-  - s_N = Σ_{i ∈ I_N} α_i x_i for every N from the top-k keys (R, K, d);
+  - s_N = Σ_{i ∈ I_N} α_i x_i for every N: one product (R·K, C) @ (C, d) of the selected
+    weights (R, K, d);
   - ⟨x_j, s_N⟩ for every visible key j and every N in one product (R·K, d) @ (d, C): r, the
     minimum over the non-selected keys, needs all of them (Algorithm 4's dominant work);
   - the selected keys' ⟨x_i, s_N⟩ gathered from the same product and their distances from
@@ -149,7 +136,6 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
   K, kmax = len(ns), max(ns)
   k = min(kmax + 1, C)
   pm, pi, seg, loo = _ragged(ns, k)                          # (P,), (P,), (P, K), (k, P)
-  P = pm.shape[0]
   cut_pos = np.minimum(np.asarray(ns), k) - 1                # (K,) place of each N's last key
   vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   # Selection on the records' own values: float32 records cast to float64 keep their order
@@ -160,9 +146,6 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
   vis_top = jnp.take_along_axis(vis, idx, axis=-1)
   xx = jnp.sum(x * x, axis=-1)                               # (C,)
   n_vis = jnp.sum(vis, axis=-1)                              # (R,) visible keys per query
-  s = _context_vectors(a_top, x[idx], ns, k)                # (R, K, d)
-  xs = jnp.einsum("rnd,cd->rnc", s, x)                       # (R, K, C) ⟨x_j, s_N⟩
-  ss = jnp.sum(s * s, axis=-1)                               # (R, K)
   # I_N as a threshold: key j is selected iff α_j > α_(N) or (α_j = α_(N) and j <= the
   # index of the N-th key): lax.top_k's order (ties to the lower index). Rows with <= N
   # visible keys select them all (their α_(N) is a masked key's: every visible j passes).
@@ -172,6 +155,11 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
   sel = (a[:, None] > thr[..., None]) | ((a[:, None] == thr[..., None])
                                          & (jpos <= cut[..., None]))
   nonsel = vis[:, None] & ~sel                               # (R, K, C)
+  # (R, K, d) context vectors s_N = Σ_{j ∈ I_N} α_j x_j: one (R·K, C) @ (C, d) product (a
+  # gather of the top-k keys' vectors, (R, k, d), costs more on CPU than this product).
+  s = jnp.einsum("rnc,cd->rnd", jnp.where(sel, a[:, None], 0), x)
+  xs = jnp.einsum("rnd,cd->rnc", s, x)                       # (R, K, C) ⟨x_j, s_N⟩
+  ss = jnp.sum(s * s, axis=-1)                               # (R, K)
   d2 = _sq_dist(a[:, None], xx, xs, ss[..., None])           # (R, K, C)
   # r = min over non-selected of the distance; sqrt is monotone, so sqrt(min) = min(sqrt).
   r = jnp.sqrt(jnp.min(jnp.where(nonsel, d2, jnp.inf), axis=-1))         # (R, K)

@@ -630,3 +630,47 @@ def test_ragged_places_and_leave_one_out_matrix():
   for p, (mm, ii) in enumerate(want):
     n = min(ns[mm], k)
     assert loo[:, p].tolist() == [int(j < n and j != ii) for j in range(k)]
+
+
+def test_layer_sums_decides_tiny_weights_exactly():
+  """A head with one weight near 1 and the others ≈ 1e-15 (the embedded model's layer 1):
+  the keys' distances to s differ by ≈ 1e-15·r, below the rounding of ‖s‖² (≈ 1e-16·r²)
+  that the Gram form d² = α²M² − 2α⟨x, s⟩ + ‖s‖² carries. layer_sums decides
+  ‖α_i x_i − s‖ < r on d² − ‖s‖² and matches exact rational arithmetic (fractions) on the
+  kernel's own vectors; the previous reference path (layer_sums_reference, the Gram form
+  with ‖s‖²) does not, so this data can tell the two apart."""
+  from fractions import Fraction
+
+  from limits.separability import model as sm
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(12)
+    L, d, ns = 32, 4, (2, 4, 8)
+    w = np.zeros((1, L, L), np.float32)
+    for q in range(L):
+      tiny = rng.uniform(0.1, 10, q).astype(np.float32) * np.float32(1e-15)
+      w[0, q, 1:q + 1] = tiny
+      w[0, q, 0] = np.float32(1) - tiny.sum(dtype=np.float32)
+    v = rng.normal(size=(1, L, d))
+    x = np.asarray(sm.normalize_to_sphere(jnp.asarray(v[0]), 1.0))       # the kernel's x
+    got = np.asarray(sm.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0,
+                                   dtype=jnp.float64))[0, :, 0]
+    old = np.asarray(sm.layer_sums_reference(jnp.asarray(w, jnp.float64), jnp.asarray(v),
+                                             jnp.asarray(ns), 1.0))[0, :, 0]
+    X = [[Fraction(float(c)) for c in row] for row in x]
+    want = []
+    for n in ns:
+      tot = Fraction(0)
+      for q in range(n, L):
+        a = [Fraction(float(c)) for c in w[0, q, :q + 1]]
+        order = sorted(range(q + 1), key=lambda i: (-a[i], i))
+        sel, non = order[:n], order[n:]
+        s = [sum(a[i] * X[i][c] for i in sel) for c in range(d)]
+        t = [a[j] * a[j] * sum(c * c for c in X[j]) - 2 * a[j] * sum(X[j][c] * s[c]
+                                                                     for c in range(d))
+             for j in range(q + 1)]
+        tmin = min(t[j] for j in non)
+        tot += Fraction(sum(1 for i in sel if t[i] < tmin), n)
+      want.append(float(tot))
+    np.testing.assert_array_equal(got, want)
+    assert np.any(old != np.asarray(want))

@@ -106,10 +106,36 @@ def _ragged(ns: tuple, k: int):
   return m, i, seg, loo
 
 
-def _sq_dist(a, xx, xs, ss):
-  """‖α_j x_j − s‖² by the Gram identity, clipped at 0; the one formula for selected and
-  non-selected keys, so a tie (same α and x) gets the same bits on both sides."""
-  return jnp.maximum(a * a * xx - 2 * a * xs + ss, 0)
+def _excess(a, xx, xs):
+  """t_j = ‖α_j x_j − s‖² − ‖s‖² = α_j² ‖x_j‖² − 2 α_j ⟨x_j, s⟩ (Gram identity): the one formula
+  for selected and non-selected keys. Comparing t decides ‖α_i x_i − s‖ < r without ‖s‖²,
+  whose rounding (≈ eps·‖s‖²) swamps the differences between keys of tiny weight (a head
+  with one weight near 1: α_i ≈ 1e-14 and d_i − r ≈ 1e-15·r); t keeps them to eps·|t|. Equal
+  inputs (a tie: same α and x) give equal bits."""
+  return a * a * xx - 2 * a * xs
+
+
+def _tie_margin(a_p, a_top, vis_top, ss, pm, ns: tuple, k: int, M, d: int, C: int):
+  """(R, P) a bound of the rounding of t_i − t_j (:func:`_excess`) between a selected place i
+  and any non-selected key j (weight <= α_(N+1), the largest non-selected one): t_i and t_j
+  within it count as a tie (the strict rule's ‖α_i x_i − s‖ = r: not inside).
+
+  t_i − t_j = α_i²M² − α_j²M² − 2⟨α_i x_i − α_j x_j, s⟩ with ‖x‖ = M: the products and
+  ⟨x, s⟩ (d terms) round to ≈ (d + 2)·eps·(α_i + α_j)·M·(‖s‖ + (α_i + α_j)·M), and s itself
+  (a sum of C terms) to ≈ (C + 2)·eps·M·Σ_{I_N} α, which moves t_i − t_j by 2(α_i + α_j)·M
+  times that; the factor 4 covers the 2 and the error bounds' second-order terms. Keys of
+  tiny weight (α ≈ 1e-14 in a head with one weight near 1) differ in t by far more than
+  this; equal (α, x) pairs differ by rounding only and are ties, as in exact arithmetic."""
+  dt = a_p.dtype
+  eps = jnp.finfo(dt).eps
+  nxt = np.minimum(np.asarray(ns), k - 1)                    # (K,) place of the (N+1)-th key
+  a_next = jnp.where(vis_top[:, nxt] & (np.asarray(ns) < k), a_top[:, nxt], 0)  # (R, K)
+  a_sum = jnp.stack([jnp.sum(a_top[:, :min(n, k)], axis=-1) for n in ns], axis=-1)  # (R, K)
+  w = a_p + jnp.take(a_next, pm, axis=-1)                    # (R, P) α_i + α_j (bound)
+  s_norm = jnp.sqrt(jnp.take(ss, pm, axis=-1))
+  M = jnp.asarray(M, dt)
+  return 4 * eps * w * M * ((d + 2) * (s_norm + w * M)
+                            + (C + 2) * M * jnp.take(a_sum, pm, axis=-1))
 
 
 def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0):
@@ -125,9 +151,9 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
     weights (R, K, d);
   - ⟨x_j, s_N⟩ for every visible key j and every N in one product (R·K, d) @ (d, C): r, the
     minimum over the non-selected keys, needs all of them (Algorithm 4's dominant work);
-  - the selected keys' ⟨x_i, s_N⟩ gathered from the same product and their distances from
-    the same formula (:func:`_sq_dist`), so a tie with the key that sets r is decided as the
-    reference decides it;
+  - the selected keys' ⟨x_i, s_N⟩ gathered from the same product, and ‖α_i x_i − s‖ < r
+    decided on d² − ‖s‖² (:func:`_excess`, one formula for both sides: a tie with the key
+    that sets r stays a tie, and keys of tiny weight are compared without ‖s‖²'s rounding);
   - Theorem 2's ξ_i and bounds over the P = Σ_N min(N, k) selected places only
     (:func:`_ragged`), not K·k.
   """
@@ -160,21 +186,22 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
   s = jnp.einsum("rnc,cd->rnd", jnp.where(sel, a[:, None], 0), x)
   xs = jnp.einsum("rnd,cd->rnc", s, x)                       # (R, K, C) ⟨x_j, s_N⟩
   ss = jnp.sum(s * s, axis=-1)                               # (R, K)
-  d2 = _sq_dist(a[:, None], xx, xs, ss[..., None])           # (R, K, C)
-  # r = min over non-selected of the distance; sqrt is monotone, so sqrt(min) = min(sqrt).
-  r = jnp.sqrt(jnp.min(jnp.where(nonsel, d2, jnp.inf), axis=-1))         # (R, K)
+  t = _excess(a[:, None], xx, xs)                            # (R, K, C) d² − ‖s‖²
+  # r² = ‖s‖² + min over non-selected of t (rounding is monotone: the same bits as the
+  # minimum of the rounded d², clipped at 0); +inf when every visible key is selected.
+  t_min = jnp.min(jnp.where(nonsel, t, jnp.inf), axis=-1)    # (R, K)
+  r = jnp.sqrt(jnp.maximum(t_min + ss, 0))                   # (R, K)
   # The P selected places: ⟨x_i, s_N⟩ gathered from the same product.
   flat = (pm * C)[None, :] + jnp.take(idx, pi, axis=-1)     # (R, P) into (K·C)
   xs_p = jnp.take_along_axis(xs.reshape(R, K * C), flat, axis=-1)        # (R, P)
   a_p = jnp.take(a_top, pi, axis=-1)                         # (R, P)
   sel_p = jnp.take(vis_top, pi, axis=-1)                     # (R, P) a visible key
-  r_p = jnp.take(r, pm, axis=-1)                             # (R, P)
-  dist = jnp.sqrt(_sq_dist(a_p, jnp.take(xx, jnp.take(idx, pi, axis=-1)), xs_p,
-                           jnp.take(ss, pm, axis=-1)))
-  if rule == "strict":
-    inside = sel_p & (dist < r_p)
+  t_p = _excess(a_p, jnp.take(xx, jnp.take(idx, pi, axis=-1)), xs_p)     # (R, P)
+  if rule == "strict":  # ‖α_i x_i − s‖ < r  ⇔  t_i < min over non-selected of t
+    inside = sel_p & (t_p < jnp.take(t_min, pm, axis=-1)
+                      - _tie_margin(a_p, a_top, vis_top, ss, pm, ns, k, M, x.shape[-1], C))
   else:  # literal: the token that sets r is never outside B_r(s); only rows without one
-    inside = sel_p & (dist <= r_p) & (n_vis[:, None] <= np.asarray(ns)[pm][None, :])
+    inside = sel_p & (n_vis[:, None] <= np.asarray(ns)[pm][None, :])
   segf = jnp.asarray(seg, dt)                                # (P, K)
   n_s = inside.astype(dt) @ segf                             # (R, K) exact counts
   n_eff = sel_p.astype(dt) @ segf

@@ -1,8 +1,8 @@
 r"""Algorithm 4's per-layer kernel (``limits.separability.model.layer_sums``) before and after a
 change, alternating in one process: median time ratio with its spread, CPU seconds of each.
 
-"Before" is ``limits/separability/model.py`` as committed at ``--before`` (default ace7b4a,
-the thirteenth session's base), loaded from git into its own module; it imports the rest of
+"Before" is ``limits/separability/model.py`` as committed at ``--before`` (default 13a01df,
+the fourteenth session's base), loaded from git into its own module; it imports the rest of
 ``limits`` from this checkout. Inputs: one layer's records of ``--model`` (``--layer``, one
 window at ``--length``, read from ``$LIMITS_RECORDS_DIR`` or computed), or with
 ``--model=synthetic`` softmax rows of Gaussian logits (H = 9, d = 64: SmolLM2-135M's shapes).
@@ -71,7 +71,7 @@ def main(argv=None) -> None:
   p.add_argument("--length", type=int, default=1024)
   p.add_argument("--layer", type=int, default=15)
   p.add_argument("--pairs", type=int, default=5)
-  p.add_argument("--before", default="ace7b4a")
+  p.add_argument("--before", default="13a01df")
   p.add_argument("--blocks", type=int, default=None, help="after: causal query blocks")
   p.add_argument("--n_values", default="1,2,4,8,16,32,64,128")
   a = p.parse_args(argv)
@@ -89,9 +89,12 @@ def main(argv=None) -> None:
   w, v = inputs(a.model, a.length, a.layer)
   wj, vj = jnp.asarray(w), jnp.asarray(v)
 
-  def run_before():  # the base step: host cast to float64, then the kernel
-    return np.asarray(before.layer_sums(jnp.asarray(w, jnp.float64),
-                                        jnp.asarray(v, jnp.float64), ns, 1.0))
+  def run_before():  # the base step: float32 records cast inside the kernel (13a01df on),
+    try:             # or (older revisions) a host cast to float64, then the kernel
+      return np.asarray(before.layer_sums(wj, vj, ns, 1.0, dtype=jnp.float64))
+    except TypeError:
+      return np.asarray(before.layer_sums(jnp.asarray(w, jnp.float64),
+                                          jnp.asarray(v, jnp.float64), ns, 1.0))
 
   def run_after():
     return np.asarray(after.layer_sums(wj, vj, ns, 1.0, dtype=jnp.float64, blocks=a.blocks))

@@ -2,13 +2,18 @@
 the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
-keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every N a
-rank cut (no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
-keys it can see, see :func:`layer_sums`), every N at once (one (R·K, d) @ (d, C) product for
-the distances r needs), and Theorem 2's ξ_i and bounds over the <= N selected weights in
-sorted order (sums over N, not L). :func:`layer_sums_reference` is the previous path (every
-row sorted, selection and bounds over whole rows); tests/test_separability.py checks the two
-agree (float64, ties).
+keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every I_N
+a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
+array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
+keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their
+(R, K, C) distances stay in the cache), every N at once (one (R·K, C) @ (C, d) product for
+s_N and one (R·K, d) @ (d, C) for the distances r needs), ‖α_i x_i − s‖ < r decided on
+d² − ‖s‖² (:func:`_excess`: exact for weights far below 1, where ‖s‖²'s rounding used to
+decide), and Theorem 2's ξ_i and bounds over the Σ_N min(N, k) selected places in sorted
+order (:func:`_ragged`; sums over N, not L). :func:`layer_sums_reference` is the previous
+path (every row sorted, selection and bounds over whole rows); tests/test_separability.py
+checks the two agree (float64, ties) and checks layer_sums against the plain §2.2 loop and
+exact fractions.
 
 Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees its last
 min(t + 1, W) keys; keys before the window (weight exactly 0) are not tokens of the row: not

@@ -184,7 +184,7 @@ def test_damaged_entry_is_recomputed_never_read(model, tmp_path, counted, capfd,
 
 
 def test_undamaged_field_is_still_read_when_another_is_corrupt(model, tmp_path, counted):
-  """CRC-32 is checked per field read: a corrupt q does not stop a reader of the weights."""
+  """The checksum is checked per field read: a corrupt q does not stop a reader of the weights."""
   store = records.RecordStore(tmp_path)
   collect(model, store)
   _flip_byte(_entry(store) / "001.q.bin")
@@ -193,6 +193,76 @@ def test_undamaged_field_is_still_read_when_another_is_corrupt(model, tmp_path, 
   assert counted == []
   collect(model, store, fields=("q",))  # the reader of q sees the damage and recomputes
   assert len(counted) == 1
+
+
+def test_checksum_is_xxh3_64_of_the_raw_bytes_else_crc32(monkeypatch):
+  """The manifest's checksum: XXH3-64 of the C-order bytes (the published value for empty
+  input, 0x2D06800538D394C2, and xxhash's own digest of a float32 array); CRC-32 (zlib's)
+  when xxhash is missing."""
+  import zlib
+
+  import xxhash
+
+  from limits.records import store as store_lib
+
+  assert store_lib.checksum(np.zeros(0, np.float32)) == {"xxh3_64": 0x2D06800538D394C2}
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  assert store_lib.checksum(a) == {"xxh3_64": xxhash.xxh3_64_intdigest(a.tobytes())}
+  assert store_lib.checksum(a.T) == {"xxh3_64": xxhash.xxh3_64_intdigest(a.T.tobytes())}
+  b = a.copy()
+  b.view(np.uint32)[1, 2, 3] ^= 1  # one bit of one element
+  assert store_lib.checksum(b) != store_lib.checksum(a)
+  monkeypatch.setattr(store_lib, "_XXH3", None)
+  assert store_lib.checksum(a) == {"crc32": zlib.crc32(a.tobytes())}
+
+
+def test_crc32_entries_stay_readable_and_checked(model, tmp_path, counted, monkeypatch):
+  """An entry written without xxhash (CRC-32) is read by a process that has it, bit for bit,
+  with no forward; a flipped byte in it is still detected and recomputed."""
+  from limits.records import store as store_lib
+
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  with monkeypatch.context() as m:
+    m.setattr(store_lib, "_XXH3", None)
+    collect(model, store)
+  man = json.loads((_entry(store) / "manifest.json").read_text())
+  assert set(man["layers"]["1"]["q"]) == {"shape", "dtype", "crc32"}
+  counted.clear()
+  assert_same(collect(model, store), ref)
+  assert counted == []
+  _flip_byte(_entry(store) / "002.scores.bin")
+  assert_same(collect(model, store, fields=("scores",)), ref)
+  assert len(counted) == 1
+
+
+def test_xxh3_entry_without_xxhash_is_recomputed_not_read(model, tmp_path, counted, capfd,
+                                                          monkeypatch):
+  """An XXH3 entry read where xxhash is missing cannot be verified: one warning, the forward
+  recomputed (its numbers), the entry rewritten with CRC-32; a manifest field with no checksum
+  at all is refused the same way."""
+  from limits.records import store as store_lib
+
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  collect(model, store)
+  man = json.loads((_entry(store) / "manifest.json").read_text())
+  assert set(man["layers"]["0"]["weights"]) == {"shape", "dtype", "xxh3_64"}
+  monkeypatch.setattr(store_lib, "_XXH3", None)
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights",)), ref)
+  assert len(counted) == 1
+  err = capfd.readouterr().err
+  assert err.count("warning: records cache:") == 1 and "cannot verify" in err, err
+  folder = _entry(store)
+  man = json.loads((folder / "manifest.json").read_text())
+  assert "crc32" in man["layers"]["0"]["weights"]
+  del man["layers"]["0"]["weights"]["crc32"]
+  (folder / "manifest.json").write_text(json.dumps(man))
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights",)), ref)
+  assert len(counted) == 1
+  assert "no checksum" in capfd.readouterr().err
 
 
 def test_abandoned_iteration_leaves_no_entry(model, tmp_path):

@@ -162,13 +162,19 @@ def sink_scores(weights, window=None):
   (rows that see the key) as their ``L − j``; the rows t ≥ W, which cannot attend to token 0,
   are not counted as zero attention. 0 or None: a global causal layer (all L rows).
   """
+  return sink_scores_key0(weights[..., 0], window)
+
+
+def sink_scores_key0(weights_key0, window=None):
+  """:func:`sink_scores` from key 0's column alone, ``weights_key0 (B, H, L)`` = ``weights[...,
+  0]`` (the records' ``weights_key0``): the same numbers, bit for bit."""
   import numpy as np
 
-  n_rows = weights.shape[-2]
+  n_rows = weights_key0.shape[-1]
   if window is not None and int(window) > 0:
     n_rows = min(n_rows, int(window))
   # Only key 0's column goes to float64 (not the whole (B, H, L, L) record): (B, H, n_rows).
-  w0 = np.asarray(weights[..., :n_rows, 0], dtype=np.float64)
+  w0 = np.asarray(weights_key0[..., :n_rows], dtype=np.float64)
   return w0.sum(axis=-1) / n_rows  # (B, H)
 
 
@@ -275,14 +281,15 @@ def _length_unit(L, tokens, model, check_fn, T, dtype, bar) -> dict:
   t0 = time.perf_counter()
   acc = {}
   for w in range(tokens.shape[0]):
-    for layer, rec in records.iter_layers(model, tokens[w:w + 1],
-                                          fields=("q", "k", "scores", "weights")):
+    # Key 0's column of the weights (attention sinks), not the L × L weights.
+    for layer, rec, rec_window in records.iter_arrays(
+        model, tokens[w:w + 1], fields=("q", "k", "scores", "weights_key0")):
       # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
-      window = 0 if rec.window is None else int(rec.window)
+      window = 0 if rec_window is None else int(rec_window)
       # float32 records go to the jitted check as they are; it casts them (exactly) itself.
-      out = check_fn(rec.scores, rec.q, rec.k, np.asarray(T, dtype), window=window)
+      out = check_fn(rec["scores"], rec["q"], rec["k"], np.asarray(T, dtype), window=window)
       out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
-      out["sink_score"] = sink_scores(rec.weights, rec.window)[0]  # (H,)
+      out["sink_score"] = sink_scores_key0(rec["weights_key0"], rec_window)[0]  # (H,)
       for h in range(model.config.n_head):
         rows = acc.setdefault((layer, h), [])
         rows.append({k: float(v[h]) for k, v in out.items()})

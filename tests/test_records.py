@@ -265,6 +265,50 @@ def test_xxh3_entry_without_xxhash_is_recomputed_not_read(model, tmp_path, count
   assert "no checksum" in capfd.readouterr().err
 
 
+def test_weights_key0_column_equals_the_forwards_weights_and_is_checked(model, tmp_path,
+                                                                        counted):
+  """The derived column ``weights_key0`` is weights[..., 0] of the forward, bit for bit: from
+  the computing call, from a later read (no forward, only the column's own file is read: the
+  weights file may be damaged) and without a store; a corrupt column file is recomputed."""
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  counted.clear()
+  for st in (store, store, None):  # computing call, reading call, no store
+    got = {i: a for i, a, _ in records.iter_arrays(model, TOK, ("weights_key0",), store=st)}
+    assert sorted(got) == sorted(ref)
+    for i, a in got.items():
+      assert set(a) == {"weights_key0"}
+      want = ref[i]["weights"][..., 0]
+      assert a["weights_key0"].shape == want.shape == (1, 2, 48)
+      assert a["weights_key0"].dtype == want.dtype and np.array_equal(a["weights_key0"], want)
+  assert len(counted) == 2  # the computing call and the store-less call
+  _flip_byte(_entry(store) / "001.weights.bin")
+  counted.clear()
+  list(records.iter_arrays(model, TOK, ("weights_key0", "q"), store=store))
+  assert counted == []
+  _flip_byte(_entry(store) / "002.weights_key0.bin")
+  got = {i: a for i, a, _ in records.iter_arrays(model, TOK, ("weights_key0",), store=store)}
+  assert len(counted) == 1 and np.array_equal(got[2]["weights_key0"], ref[2]["weights"][..., 0])
+  with pytest.raises(ValueError, match="unknown record fields"):
+    list(records.iter_arrays(model, TOK, ("weights_key1",), store=store))
+  with pytest.raises(ValueError, match="unknown record fields"):
+    list(records.iter_layers(model, TOK, fields=("weights_key0",), store=store))
+
+
+def test_entry_without_a_derived_column_is_recomputed(model, tmp_path, counted, capfd):
+  """An entry whose manifest lacks the asked column (older writer) is not read: recomputed."""
+  store = records.RecordStore(tmp_path)
+  collect(model, store)
+  folder = _entry(store)
+  man = json.loads((folder / "manifest.json").read_text())
+  del man["layers"]["0"]["weights_key0"]
+  (folder / "manifest.json").write_text(json.dumps(man))
+  counted.clear()
+  got = {i: a for i, a, _ in records.iter_arrays(model, TOK, ("weights_key0",), store=store)}
+  assert len(counted) == 1 and sorted(got) == [0, 1, 2]
+  assert "malformed manifest" in capfd.readouterr().err
+
+
 def test_abandoned_iteration_leaves_no_entry(model, tmp_path):
   store = records.RecordStore(tmp_path)
   it = records.iter_layers(model, TOK, store=store)

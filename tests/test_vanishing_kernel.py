@@ -140,3 +140,15 @@ def test_causal_check_float32_precision():
   ref = _numpy_reference(scores, q, k, 2.0)
   for key in ("log_max_last", "log_min_last", "band_last"):
     np.testing.assert_allclose(got[key], ref[key], rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("window", [None, 0, 3, 40])
+def test_sink_scores_from_key0_column_equal_the_full_weights(window):
+  """sink_scores_key0 on weights[..., 0] (the records' weights_key0) gives sink_scores' bits;
+  a window W < L averages the first W rows only (both sides of W: W = 3 < L = 12 < 40)."""
+  rng = np.random.default_rng(8)
+  w = rng.random((2, 3, 12, 12)).astype(np.float32)
+  got = vanishing.sink_scores_key0(np.ascontiguousarray(w[..., 0]), window)
+  np.testing.assert_array_equal(got, vanishing.sink_scores(w, window))
+  rows = 3 if window == 3 else 12
+  np.testing.assert_allclose(got, w[..., :rows, 0].astype(np.float64).mean(-1), rtol=1e-15)

@@ -403,3 +403,31 @@ def test_unwritable_store_still_gives_the_forward(model, tmp_path, capfd):
   blocker.write_text("not a folder")
   assert_same(collect(model, records.RecordStore(blocker / "store")), reference(model))
   assert "cannot write" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("failing_layer", [0, 2])
+def test_failed_write_gives_the_forward_and_no_entry(model, tmp_path, capfd,
+                                                                monkeypatch, failing_layer):
+  """A write that fails (first or last layer): the caller still gets every layer with the
+  forward's numbers, one warning, and no entry nor temporary folder is left; the next call
+  computes and writes the entry."""
+  from limits.records import store as store_lib
+
+  real = store_lib.Writer.add
+
+  def add(self, layer, arrays):
+    if layer == failing_layer:
+      raise OSError(28, "No space left on device")
+    return real(self, layer, arrays)
+
+  monkeypatch.setattr(store_lib.Writer, "add", add)
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  assert_same(collect(model, store), ref)
+  err = capfd.readouterr().err
+  assert err.count("write failed") == 1 and "No space left" in err, err
+  assert list(tmp_path.iterdir()) == []
+  monkeypatch.setattr(store_lib.Writer, "add", real)
+  assert_same(collect(model, store), ref)
+  assert len(list(tmp_path.iterdir())) == 1
+

@@ -41,7 +41,9 @@ class Corrupt(Exception):
 
 try:
   import xxhash
-  _XXH3 = xxhash.xxh3_64_intdigest
+
+  def _XXH3(buf) -> int:  # the hasher object releases the GIL while it hashes (one-shot does not)
+    return xxhash.xxh3_64(buf).intdigest()
 except ImportError:  # pragma: no cover - exercised by monkeypatching _XXH3 to None
   _XXH3 = None
 

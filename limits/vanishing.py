@@ -4,7 +4,8 @@ For every L in ``lengths``, window, layer, head and query t (t visible keys, cau
 the softmax weights at the model's own temperature T = √d_head on the raw q·k scale
 (AMBIG-12 of docs/ambiguities.md) are checked against Corollary 1's band
 e^{−2Δ/T} ≤ α_i·t ≤ e^{2Δ/T}, Δ = ‖q_t‖ · max_{i≤t} ‖k_i‖ (AMBIG-2), in log space
-(``limits.bounds.corollary1_causal_check``). Per head the last query (which sees all L keys)
+(:func:`causal_check`: ``limits.bounds.corollary1_causal_check`` on the causal triangle only,
+in row blocks). Per head the last query (which sees all L keys)
 gives max α·L and min α·L. Lemma 1 itself is checked on synthetic bounded logits
 (``limits.bounds.lemma1_check``). Attention sinks are measured on the same weights
 (:func:`sink_scores`, :func:`sink_summary`: the Sink_ε metric of Gu et al. 2025, ε = 0.3).

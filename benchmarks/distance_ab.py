@@ -10,7 +10,10 @@ ours alternating in this process, and prints the median ratio with the spread.
 Cases: N = 5 with the bound (Algorithm 1 at one L), N ∈ {1, 5, 10, 20, 100} with the bound
 (Algorithm 2), 8 N without the bound in float32 (one Algorithm 3 probe), all on the
 host-threshold path; ``alg1p``, ``alg2p``: the same Ns as the steps run them (the device path
-with the printed E folded in, ``layer_stats_printed``, float32 weights, float64 statistics).
+with the printed E folded in, ``layer_stats_printed``, float32 weights, float64 statistics);
+``alg3s``: one probe of the critical_n search (8 N near 0.8·L, float32, host-sorted rows; ours
+``lean``); ``alg3top``: the scan's kept selection order per layer (the reference's top
+N_max + 1 = L/4 + 1 keys, ours the top 33 padded: ``limits.distance.scan.SCAN_TOP_MIN``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ flags.DEFINE_integer("layer", 1, "Which layer's records to use.")
 flags.DEFINE_integer("pairs", 3, "Alternating (reference, ours) pairs per case.")
 flags.DEFINE_string("cases", "alg1,alg2,alg3", "Which cases: alg1 (N = 5, bound), alg2 (five N, "
                     "bound), alg3 (8 N, KS probe); alg1p, alg2p (device path with the printed "
-                    "E, as the vary_length / vary_n steps call it).")
+                    "E, as the vary_length / vary_n steps call it); alg3s (the critical_n "
+                    "search's probe: 8 N near 0.8 L, float32, as ModelEvaluator.ks_pvalues "
+                    "calls it: lean where ours has it); alg3top (the scan's selection order "
+                    "per L: the reference's top N_max + 1 = L/4 + 1 keys, ours the top 33 "
+                    "padded, limits.distance.scan.SCAN_TOP_MIN).")
 FLAGS = flags.FLAGS
 
 
@@ -60,10 +67,51 @@ def main(argv):
            "alg1p": ("N = 5, bound + printed E, device path", w32, x, [5], "printed"),
            "alg2p": ("N = 1,5,10,20,100, bound + printed E, device path", w32, x,
                      [1, 5, 10, 20, 100], "printed")}
+  near = [int(0.8 * L) + i for i in range(8)]
+  cases.update({"alg3s": ("critical_n search probe, 8 N near 0.8 L, float32", w32, x32, near,
+                          "search"),
+                "alg3top": ("critical_n scan selection order, N_max = L/4", w32, x32, [], "top")})
   cases = [cases[c] for c in FLAGS.cases.split(",")]
   print(f"{FLAGS.model}, L = {L}, layer {FLAGS.layer}, heads {w.shape[1]}, d_head {x.shape[-1]}; "
         f"reference = limits/distance/kernels.py at {FLAGS.ref}", flush=True)
   for name, wc, xc, ns, bound in cases:
+    if bound == "top":  # Algorithm 3's scan: the order it keeps per L (no statistics)
+      import inspect
+
+      wj = jnp.asarray(wc.reshape((-1,) + wc.shape[-2:]))
+      kmax = ours.top_k_size(max(1, L // 4), L)
+      k_ours = min(ours.top_k_size(32, L), kmax)
+      padded = "width" in inspect.signature(ref.layer_top).parameters
+      run = {ref: (lambda: ref.layer_top(wj, jnp.arange(1, kmax + 1, dtype=jnp.int32) if not
+                                         padded else jnp.arange(1, k_ours + 1, dtype=jnp.int32),
+                                         kmax=kmax if not padded else k_ours, blocks=4,
+                                         **({"width": kmax} if padded else {}))),
+             ours: (lambda: ours.layer_top(wj, jnp.arange(1, k_ours + 1, dtype=jnp.int32),
+                                           kmax=k_ours, blocks=4, width=kmax))}
+      jax.block_until_ready(run[ref]()), jax.block_until_ready(run[ours]())
+      res = common.alternate(lambda: jax.block_until_ready(run[ref]()),
+                             lambda: jax.block_until_ready(run[ours]()), pairs=FLAGS.pairs,
+                             warmup=False)
+      print("  " + common.line(f"{name}, per layer", res), flush=True)
+      continue
+    if bound == "search":
+      import inspect
+
+      srt = ours.sort_rows(wc)
+      lean = {m: ({"lean": True} if "lean" in inspect.signature(m.layer_stats).parameters
+                  else {}) for m in (ref, ours)}
+      run = {m: (lambda m=m: m.layer_stats(wc, xc, ns, bound=False, sorted_rows=srt, **lean[m]))
+             for m in (ref, ours)}
+      a, b = run[ref](), run[ours]()
+      same = all(np.array_equal(np.asarray(getattr(b, f)), np.asarray(getattr(a, f)))
+                 for f in ("count", "d_sum", "d_norm", "expected"))
+      for f in ("count", "d_sum", "d_norm", "expected"):  # what the KS test reads
+        np.testing.assert_allclose(np.asarray(getattr(b, f), np.float64),
+                                   np.asarray(getattr(a, f), np.float64), rtol=1e-6, err_msg=f)
+      print(f"  (search probe: d̃, E and counts bitwise equal: {same})", flush=True)
+      res = common.alternate(run[ref], run[ours], pairs=FLAGS.pairs, warmup=False)
+      print("  " + common.line(f"{name}, per layer", res), flush=True)
+      continue
     if bound == "printed":
       run = {m: (lambda m=m: m.layer_stats_printed(wc, xc, ns, bound=True, dtype=np.float64))
              for m in (ref, ours)}

@@ -1,8 +1,8 @@
 r"""Algorithm 4's per-layer kernel (``limits.separability.model.layer_sums``) before and after a
 change, alternating in one process: median time ratio with its spread, CPU seconds of each.
 
-"Before" is ``limits/separability/model.py`` as committed at ``--before`` (default ace7b4a,
-the thirteenth session's base), loaded from git into its own module; it imports the rest of
+"Before" is ``limits/separability/model.py`` as committed at ``--before`` (default 13a01df,
+the fourteenth session's base), loaded from git into its own module; it imports the rest of
 ``limits`` from this checkout. Inputs: one layer's records of ``--model`` (``--layer``, one
 window at ``--length``, read from ``$LIMITS_RECORDS_DIR`` or computed), or with
 ``--model=synthetic`` softmax rows of Gaussian logits (H = 9, d = 64: SmolLM2-135M's shapes).
@@ -10,6 +10,12 @@ Both run in float64 on the float32 records, as the reproduction's step does (``-
 
   python -m benchmarks.separability_model --model=smollm2 --layer=15 --pairs=5
   python -m benchmarks.separability_model --model=synthetic --length=512
+  python -m benchmarks.separability_model --model=smollm2 --layer=18 --pairs=0 --check_decisions
+
+``--check_decisions``: for every (head, N) whose N_s/N sums differ between before and after,
+the sum recomputed in long double (NumPy's 80-bit float on x86) by the plain loop, with
+‖α_i x_i − s‖ < r decided on d² − ‖s‖² = α²‖x‖² − 2α⟨x, s⟩ (no ‖s‖² term to round), and which
+side matches it.
 """
 
 from __future__ import annotations
@@ -65,15 +71,35 @@ def inputs(model_name: str, length: int, layer: int):
   raise SystemExit(f"--layer={layer}: the model has fewer layers")
 
 
+def long_double_fraction_sum(w, v, h: int, n: int, M: float = 1.0) -> float:
+  """Σ over queries t > N of N_s/N for head h (strict rule), in long double (see the module
+  docstring); w (H, L, L), v (H, L, d) float32 records."""
+  import numpy as np
+
+  x = v[h].astype(np.longdouble)
+  x = M * x / np.sqrt((x * x).sum(1, keepdims=True))
+  tot = 0.0
+  for q in range(n, w.shape[1]):
+    a = w[h, q, :q + 1].astype(np.longdouble)
+    order = np.lexsort((np.arange(q + 1), -w[h, q, :q + 1].astype(np.float64)))
+    sel, non = order[:n], order[n:]
+    s = (a[sel, None] * x[sel]).sum(0)
+    t = a * a * (x[:q + 1] ** 2).sum(1) - 2 * a * (x[:q + 1] @ s)
+    tot += np.sum(t[sel] < t[non].min()) / n
+  return float(tot)
+
+
 def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--model", default="synthetic")
   p.add_argument("--length", type=int, default=1024)
   p.add_argument("--layer", type=int, default=15)
   p.add_argument("--pairs", type=int, default=5)
-  p.add_argument("--before", default="ace7b4a")
+  p.add_argument("--before", default="13a01df")
   p.add_argument("--blocks", type=int, default=None, help="after: causal query blocks")
   p.add_argument("--n_values", default="1,2,4,8,16,32,64,128")
+  p.add_argument("--check_decisions", action="store_true",
+                 help="long-double N_s/N sums where before and after differ")
   a = p.parse_args(argv)
 
   import jax
@@ -89,9 +115,12 @@ def main(argv=None) -> None:
   w, v = inputs(a.model, a.length, a.layer)
   wj, vj = jnp.asarray(w), jnp.asarray(v)
 
-  def run_before():  # the base step: host cast to float64, then the kernel
-    return np.asarray(before.layer_sums(jnp.asarray(w, jnp.float64),
-                                        jnp.asarray(v, jnp.float64), ns, 1.0))
+  def run_before():  # the base step: float32 records cast inside the kernel (13a01df on),
+    try:             # or (older revisions) a host cast to float64, then the kernel
+      return np.asarray(before.layer_sums(wj, vj, ns, 1.0, dtype=jnp.float64))
+    except TypeError:
+      return np.asarray(before.layer_sums(jnp.asarray(w, jnp.float64),
+                                          jnp.asarray(v, jnp.float64), ns, 1.0))
 
   def run_after():
     return np.asarray(after.layer_sums(wj, vj, ns, 1.0, dtype=jnp.float64, blocks=a.blocks))
@@ -104,6 +133,17 @@ def main(argv=None) -> None:
   rel = np.max(np.abs(ra - rb) / np.maximum(np.abs(rb), 1e-300))
   print(f"max relative difference of the (H, K, F) sums: {rel:.2e}; N_s/N sums differ in "
         f"{int(np.sum(ra[..., 0] != rb[..., 0]))} of {ra[..., 0].size} (head, N)")
+  if a.check_decisions:
+    hits = {"before": 0, "after": 0}
+    cells = np.argwhere(ra[..., 0] != rb[..., 0])
+    for h, k in cells:
+      ref = long_double_fraction_sum(w, v, int(h), ns[k])
+      hits["before"] += abs(rb[h, k, 0] - ref) < 1e-9
+      hits["after"] += abs(ra[h, k, 0] - ref) < 1e-9
+      print(f"head {h} N {ns[k]}: N_s/N sum before {rb[h, k, 0]:.6f} after {ra[h, k, 0]:.6f} "
+            f"long double {ref:.6f}")
+    print(f"(head, N) cells whose N_s/N sums differ: {len(cells)}; matching long double: "
+          f"before {hits['before']}, after {hits['after']}", flush=True)
   tb, ta, cb, ca = [], [], [], []
   for _ in range(a.pairs):
     for fn, tt, cc in ((run_before, tb, cb), (run_after, ta, ca)):
@@ -111,6 +151,8 @@ def main(argv=None) -> None:
       fn()
       tt.append(time.perf_counter() - t0)
       cc.append(_cpu() - c0)
+  if not a.pairs:
+    return
   ratios = np.asarray(tb) / np.asarray(ta)
   print(f"{a.model} L={a.length} layer {a.layer}, {a.pairs} alternating pairs: "
         f"before median {np.median(tb):.3f} s wall / {np.median(cb):.3f} s CPU, "

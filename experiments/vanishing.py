@@ -8,8 +8,9 @@ the softmax weights at the model's own temperature T = √d_head on the raw q·k
 
 The check is done in log space, log α_i = l_i/T − logsumexp_j(l_j/T), so neither an underflowed
 weight nor an overflowing band can fake a result. The band is the one of
-``limits.bounds.corollary1_band``; the check itself is ``limits.bounds.corollary1_causal_check``
-(tests check that the two agree). Per head the last query
+``limits.bounds.corollary1_band``; the check itself is ``limits.vanishing.causal_check``, which
+computes ``limits.bounds.corollary1_causal_check`` on the causal triangle only (tests check that
+the three agree). Per head the last query
 (which sees all L keys) gives max α·L and min α·L, plotted against L with the band.
 
 Attention sinks are measured on the same weights: per head the mean weight on token 0 over the

@@ -207,7 +207,8 @@ def top_k_rows(a, vis, k: int, ns):
 
 def ranks_from_top(idx, C: int):
   """(R, C) int32 rank of each key in the order of ``idx`` (R, k); keys outside it get k.
-  Selection for N <= k: ``vis & (rank < N)``."""
+  Selection for N <= k: ``vis & (rank < N)``. An index >= C (padding: no key) is dropped."""
   R, k = idx.shape
   rank = jnp.full((R, C), k, jnp.int32)
-  return rank.at[jnp.arange(R)[:, None], idx].set(jnp.arange(k, dtype=jnp.int32)[None, :])
+  return rank.at[jnp.arange(R)[:, None], idx].set(jnp.arange(k, dtype=jnp.int32)[None, :],
+                                                   mode="drop")

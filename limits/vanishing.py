@@ -4,7 +4,8 @@ For every L in ``lengths``, window, layer, head and query t (t visible keys, cau
 the softmax weights at the model's own temperature T = √d_head on the raw q·k scale
 (AMBIG-12 of docs/ambiguities.md) are checked against Corollary 1's band
 e^{−2Δ/T} ≤ α_i·t ≤ e^{2Δ/T}, Δ = ‖q_t‖ · max_{i≤t} ‖k_i‖ (AMBIG-2), in log space
-(``limits.bounds.corollary1_causal_check``). Per head the last query (which sees all L keys)
+(:func:`causal_check`: ``limits.bounds.corollary1_causal_check`` on the causal triangle only,
+in row blocks). Per head the last query (which sees all L keys)
 gives max α·L and min α·L. Lemma 1 itself is checked on synthetic bounded logits
 (``limits.bounds.lemma1_check``). Attention sinks are measured on the same weights
 (:func:`sink_scores`, :func:`sink_summary`: the Sink_ε metric of Gu et al. 2025, ε = 0.3).
@@ -82,6 +83,73 @@ def loglog_slopes(summary) -> dict:
           for name, col in SLOPE_KEYS}
 
 
+CHECK_ROWS = 128  # query rows per causal block of :func:`causal_check`
+
+
+def causal_check(scores, q, k, temperature, window: int = 0, dtype=None, rows: int = CHECK_ROWS):
+  """``limits.bounds.corollary1_causal_check`` (Corollary 1 in log space, every query of a
+  causal layer) with the work cut to the causal triangle: a dict of (B, H) arrays.
+
+  ``scores (B, H, L, L)`` raw q·k as recorded (float32), ``q, k (B, H, L, d)``; ``dtype``: the
+  precision of the check (float64 by default under x64), the records are cast inside. Query
+  rows go in blocks of ``rows`` (static): block [r0, r1) reads only keys [0, r1) — the
+  rectangle [0, r0) unmasked, the diagonal block under its triangle — so about half of the
+  L × L entries are touched, and the float64 cast, exp and sum run only on those. Per row:
+
+  - the largest and smallest visible score in the records' own float32, then cast and divided
+    by T: equal bit for bit to the maximum and minimum of ``scores.astype(dtype) / T`` (the cast
+    is exact and division by T > 0 is monotone under rounding), so ``log_max = (max l − lse) +
+    log n_t`` equals the reference's ``max(l − lse) + log n_t`` for the same lse;
+  - lse = log Σ e^{l − max l} + max l as ``jax.nn.logsumexp``, its sum split in the two parts:
+    a different summation order, so lse (and every output through it) may differ from the
+    reference by a few float64 ulps (tests: relative 1e-14, and identical decisions).
+
+  ``window`` W > 0 (a sliding-window layer): the reference itself (the visible keys are not a
+  prefix). Assumption relied on: scores are the raw q·k of a causal layer (``k`` in key order).
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from limits import bounds
+
+  dtype = jnp.result_type(float) if dtype is None else dtype
+  temperature = jnp.asarray(temperature, dtype)
+  if window:
+    return bounds.corollary1_causal_check(scores.astype(dtype), q.astype(dtype),
+                                          k.astype(dtype), temperature, window=window)
+  L = scores.shape[-1]
+  lse, mx, mn = [], [], []
+  for r0 in range(0, L, rows):
+    r1 = min(L, r0 + rows)
+    tri = jnp.tril(jnp.ones((r1 - r0, r1 - r0), bool))  # diagonal block: key <= query
+    diag = scores[..., r0:r1, r0:r1]  # (B, H, R, R)
+    hi = jnp.max(jnp.where(tri, diag, -jnp.inf), axis=-1)  # (B, H, R), records' dtype
+    lo = jnp.min(jnp.where(tri, diag, jnp.inf), axis=-1)
+    rect = scores[..., r0:r1, :r0]  # (B, H, R, r0) every key visible
+    if r0:
+      hi = jnp.maximum(hi, jnp.max(rect, axis=-1))
+      lo = jnp.minimum(lo, jnp.min(rect, axis=-1))
+    hi = hi.astype(dtype) / temperature  # = max of the visible logits l = scores / T
+    shift = jnp.where(jnp.isfinite(hi), hi, 0)[..., None]  # as jax.nn.logsumexp
+    total = jnp.sum(jnp.where(tri, jnp.exp(diag.astype(dtype) / temperature - shift), 0),
+                    axis=-1)
+    if r0:
+      total = total + jnp.sum(jnp.exp(rect.astype(dtype) / temperature - shift), axis=-1)
+    lse.append(jnp.log(total) + shift[..., 0])
+    mx.append(hi)
+    mn.append(lo.astype(dtype) / temperature)
+  lse, mx, mn = (jnp.concatenate(a, axis=-1) for a in (lse, mx, mn))  # (B, H, L)
+  log_n = jnp.log(jnp.arange(1, L + 1).astype(dtype))  # n_t = t visible keys
+  log_max, log_min = (mx - lse) + log_n, (mn - lse) + log_n
+  kmax = jax.lax.cummax(jnp.linalg.norm(k.astype(dtype), axis=-1), axis=k.ndim - 2)
+  band = 2.0 * jnp.linalg.norm(q.astype(dtype), axis=-1) * kmax / temperature  # 2Δ/T
+  viol = (log_max > band) | (log_min < -band)
+  return {"violations": jnp.sum(viol, axis=-1), "queries": jnp.full(viol.shape[:-1], L),
+          "min_margin": jnp.min(jnp.minimum(band - log_max, log_min + band), axis=-1),
+          "log_max_last": log_max[..., -1], "log_min_last": log_min[..., -1],
+          "band_last": band[..., -1]}
+
+
 def sink_scores(weights, window=None):
   """Mean attention to token 0 per head, Gu et al.'s importance score of key 0: ``(B, H)``.
 
@@ -95,13 +163,19 @@ def sink_scores(weights, window=None):
   (rows that see the key) as their ``L − j``; the rows t ≥ W, which cannot attend to token 0,
   are not counted as zero attention. 0 or None: a global causal layer (all L rows).
   """
+  return sink_scores_key0(weights[..., 0], window)
+
+
+def sink_scores_key0(weights_key0, window=None):
+  """:func:`sink_scores` from key 0's column alone, ``weights_key0 (B, H, L)`` = ``weights[...,
+  0]`` (the records' ``weights_key0``): the same numbers, bit for bit."""
   import numpy as np
 
-  n_rows = weights.shape[-2]
+  n_rows = weights_key0.shape[-1]
   if window is not None and int(window) > 0:
     n_rows = min(n_rows, int(window))
   # Only key 0's column goes to float64 (not the whole (B, H, L, L) record): (B, H, n_rows).
-  w0 = np.asarray(weights[..., :n_rows, 0], dtype=np.float64)
+  w0 = np.asarray(weights_key0[..., :n_rows], dtype=np.float64)
   return w0.sum(axis=-1) / n_rows  # (B, H)
 
 
@@ -208,14 +282,15 @@ def _length_unit(L, tokens, model, check_fn, T, dtype, bar) -> dict:
   t0 = time.perf_counter()
   acc = {}
   for w in range(tokens.shape[0]):
-    for layer, rec in records.iter_layers(model, tokens[w:w + 1],
-                                          fields=("q", "k", "scores", "weights")):
+    # Key 0's column of the weights (attention sinks), not the L × L weights.
+    for layer, rec, rec_window in records.iter_arrays(
+        model, tokens[w:w + 1], fields=("q", "k", "scores", "weights_key0")):
       # A local (sliding-window) layer: n_t = min(t, W) visible keys (records' window).
-      window = 0 if rec.window is None else int(rec.window)
+      window = 0 if rec_window is None else int(rec_window)
       # float32 records go to the jitted check as they are; it casts them (exactly) itself.
-      out = check_fn(rec.scores, rec.q, rec.k, np.asarray(T, dtype), window=window)
+      out = check_fn(rec["scores"], rec["q"], rec["k"], np.asarray(T, dtype), window=window)
       out = {k: np.asarray(v)[0] for k, v in out.items()}  # (H,)
-      out["sink_score"] = sink_scores(rec.weights, rec.window)[0]  # (H,)
+      out["sink_score"] = sink_scores_key0(rec["weights_key0"], rec_window)[0]  # (H,)
       for h in range(model.config.n_head):
         rows = acc.setdefault((layer, h), [])
         rows.append({k: float(v[h]) for k, v in out.items()})
@@ -234,7 +309,6 @@ def run(config: VanishingConfig):
   import jax
   import numpy as np
 
-  from limits import bounds
   from limits.runs import parsing
   from limits.runs import interrupts, resume
   from limits.records import sources
@@ -255,8 +329,7 @@ def run(config: VanishingConfig):
 
   def check(scores, q, k, temperature, window):
     # The casts inside the jit: no float64 host copy of the (B, H, L, L) scores per layer.
-    return bounds.corollary1_causal_check(scores.astype(dtype), q.astype(dtype),
-                                          k.astype(dtype), temperature, window=window)
+    return causal_check(scores, q, k, temperature, window=window, dtype=dtype)
 
   check_fn = jax.jit(check, static_argnames=("window",))
   lemma1 = lemma1_synthetic(config.lemma1_a, lengths, config.seed)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from limits.distance import model as distance_model
-from limits.distance.scan import ScanSamples, scan_n_max
+from limits.distance.kernels import top_k_size
+from limits.distance.scan import SCAN_TOP_MIN, ScanSamples, scan_n_max
 from limits.errors import LimitsError
 from limits.models import gpt2
 
@@ -47,10 +48,16 @@ def test_fast_scan_equals_the_hook_path_on_a_random_model(L, cache, batches):
     assert fast._keep == (cache > 1 << 20)
     if cache == 1 << 17:  # records read again per batch, the selection order kept
       assert fast._keep_top
+    k_top = []
     for ns in batches:
       got, ref = fast(ns), _hook_path(ev, tok, ns)
+      k_top.append(fast._k_top)
       for key, v in ref.items():
         np.testing.assert_allclose(got[key], v, rtol=1e-10, atol=1e-12, err_msg=f"{key} {ns}")
+    # the kept order grows with the largest N asked (padded to kmax + 1 before it is full)
+    assert k_top == [min(top_k_size(max(max(ns), SCAN_TOP_MIN), L), fast.kmax)
+                     for ns in batches], k_top
+    assert k_top[0] < fast.kmax and k_top[-1] == fast.kmax  # padded, then grown
     assert bool(fast._tops) == (cache == 1 << 17)  # the order kept apart only there
     assert np.isnan(fast([L - 1])["d_sum"]).sum() == 0  # t = L - 1 > N counts
 
@@ -155,3 +162,35 @@ def _records(params, tok):
   for w in range(tok.shape[0]):
     yield [(i, rec) for i, rec in models.iter_layers(params, jax.device_put(tok[w:w + 1]),
                                                       CONFIG)]
+
+
+def test_padded_selection_order_selects_the_same_keys():
+  """layer_top(width=...) pads the top kmax + 1 order with the block's end index (no key):
+  ranks_from_top drops the padding, so for every N <= kmax the selection equals the unpadded
+  order's, and the rank of a key beyond the first kmax + 1 is the padded width (not a real
+  rank). The other side: without the drop (scatter clamped into the last column) the last key
+  would get a rank."""
+  import jax.numpy as jnp
+
+  from limits import selection
+  from limits.distance import kernels
+
+  rng = np.random.default_rng(0)
+  L = 24
+  w = np.where(np.tri(L, dtype=bool), rng.random((2, L, L)), 0.0).astype(np.float32)
+  w[0, 20, :10] = w[0, 20, 10]  # ties at the boundary
+  ns = jnp.arange(1, 5, dtype=jnp.int32)
+  small = kernels.layer_top(jnp.asarray(w), ns, kmax=4, blocks=2, width=12)
+  full = kernels.layer_top(jnp.asarray(w), jnp.arange(1, 13, dtype=jnp.int32), kmax=12, blocks=2)
+  for (lo, hi), s, f in zip(kernels.causal_blocks(L, 2), small, full):
+    assert s.shape == f.shape == (2, hi - lo, min(13, hi))
+    assert (np.asarray(s[..., 5:]) == hi).all()  # the padding: no key
+    for g in range(2):
+      rs, rf = (np.asarray(selection.ranks_from_top(v[g], hi)) for v in (s, f))
+      for n in range(1, 5):
+        np.testing.assert_array_equal(rs < n, rf < n)
+      assert (rs[rf >= 5] == 13).all() or hi < 13
+      clamped = np.asarray(jnp.full((hi - lo, hi), 13, jnp.int32).at[
+          jnp.arange(hi - lo)[:, None], jnp.minimum(s[g], hi - 1)].set(
+              jnp.arange(s.shape[-1], dtype=jnp.int32)[None, :]))
+      assert (clamped[:, hi - 1] >= 5).any()  # a clamped pad would give key hi - 1 a rank

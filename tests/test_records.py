@@ -184,7 +184,7 @@ def test_damaged_entry_is_recomputed_never_read(model, tmp_path, counted, capfd,
 
 
 def test_undamaged_field_is_still_read_when_another_is_corrupt(model, tmp_path, counted):
-  """CRC-32 is checked per field read: a corrupt q does not stop a reader of the weights."""
+  """The checksum is checked per field read: a corrupt q does not stop a reader of the weights."""
   store = records.RecordStore(tmp_path)
   collect(model, store)
   _flip_byte(_entry(store) / "001.q.bin")
@@ -193,6 +193,120 @@ def test_undamaged_field_is_still_read_when_another_is_corrupt(model, tmp_path, 
   assert counted == []
   collect(model, store, fields=("q",))  # the reader of q sees the damage and recomputes
   assert len(counted) == 1
+
+
+def test_checksum_is_xxh3_64_of_the_raw_bytes_else_crc32(monkeypatch):
+  """The manifest's checksum: XXH3-64 of the C-order bytes (the published value for empty
+  input, 0x2D06800538D394C2, and xxhash's own digest of a float32 array); CRC-32 (zlib's)
+  when xxhash is missing."""
+  import zlib
+
+  import xxhash
+
+  from limits.records import store as store_lib
+
+  assert store_lib.checksum(np.zeros(0, np.float32)) == {"xxh3_64": 0x2D06800538D394C2}
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  assert store_lib.checksum(a) == {"xxh3_64": xxhash.xxh3_64_intdigest(a.tobytes())}
+  assert store_lib.checksum(a.T) == {"xxh3_64": xxhash.xxh3_64_intdigest(a.T.tobytes())}
+  b = a.copy()
+  b.view(np.uint32)[1, 2, 3] ^= 1  # one bit of one element
+  assert store_lib.checksum(b) != store_lib.checksum(a)
+  monkeypatch.setattr(store_lib, "_XXH3", None)
+  assert store_lib.checksum(a) == {"crc32": zlib.crc32(a.tobytes())}
+
+
+def test_crc32_entries_stay_readable_and_checked(model, tmp_path, counted, monkeypatch):
+  """An entry written without xxhash (CRC-32) is read by a process that has it, bit for bit,
+  with no forward; a flipped byte in it is still detected and recomputed."""
+  from limits.records import store as store_lib
+
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  with monkeypatch.context() as m:
+    m.setattr(store_lib, "_XXH3", None)
+    collect(model, store)
+  man = json.loads((_entry(store) / "manifest.json").read_text())
+  assert set(man["layers"]["1"]["q"]) == {"shape", "dtype", "crc32"}
+  counted.clear()
+  assert_same(collect(model, store), ref)
+  assert counted == []
+  _flip_byte(_entry(store) / "002.scores.bin")
+  assert_same(collect(model, store, fields=("scores",)), ref)
+  assert len(counted) == 1
+
+
+def test_xxh3_entry_without_xxhash_is_recomputed_not_read(model, tmp_path, counted, capfd,
+                                                          monkeypatch):
+  """An XXH3 entry read where xxhash is missing cannot be verified: one warning, the forward
+  recomputed (its numbers), the entry rewritten with CRC-32; a manifest field with no checksum
+  at all is refused the same way."""
+  from limits.records import store as store_lib
+
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  collect(model, store)
+  man = json.loads((_entry(store) / "manifest.json").read_text())
+  assert set(man["layers"]["0"]["weights"]) == {"shape", "dtype", "xxh3_64"}
+  monkeypatch.setattr(store_lib, "_XXH3", None)
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights",)), ref)
+  assert len(counted) == 1
+  err = capfd.readouterr().err
+  assert err.count("warning: records cache:") == 1 and "cannot verify" in err, err
+  folder = _entry(store)
+  man = json.loads((folder / "manifest.json").read_text())
+  assert "crc32" in man["layers"]["0"]["weights"]
+  del man["layers"]["0"]["weights"]["crc32"]
+  (folder / "manifest.json").write_text(json.dumps(man))
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights",)), ref)
+  assert len(counted) == 1
+  assert "no checksum" in capfd.readouterr().err
+
+
+def test_weights_key0_column_equals_the_forwards_weights_and_is_checked(model, tmp_path,
+                                                                        counted):
+  """The derived column ``weights_key0`` is weights[..., 0] of the forward, bit for bit: from
+  the computing call, from a later read (no forward, only the column's own file is read: the
+  weights file may be damaged) and without a store; a corrupt column file is recomputed."""
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  counted.clear()
+  for st in (store, store, None):  # computing call, reading call, no store
+    got = {i: a for i, a, _ in records.iter_arrays(model, TOK, ("weights_key0",), store=st)}
+    assert sorted(got) == sorted(ref)
+    for i, a in got.items():
+      assert set(a) == {"weights_key0"}
+      want = ref[i]["weights"][..., 0]
+      assert a["weights_key0"].shape == want.shape == (1, 2, 48)
+      assert a["weights_key0"].dtype == want.dtype and np.array_equal(a["weights_key0"], want)
+  assert len(counted) == 2  # the computing call and the store-less call
+  _flip_byte(_entry(store) / "001.weights.bin")
+  counted.clear()
+  list(records.iter_arrays(model, TOK, ("weights_key0", "q"), store=store))
+  assert counted == []
+  _flip_byte(_entry(store) / "002.weights_key0.bin")
+  got = {i: a for i, a, _ in records.iter_arrays(model, TOK, ("weights_key0",), store=store)}
+  assert len(counted) == 1 and np.array_equal(got[2]["weights_key0"], ref[2]["weights"][..., 0])
+  with pytest.raises(ValueError, match="unknown record fields"):
+    list(records.iter_arrays(model, TOK, ("weights_key1",), store=store))
+  with pytest.raises(ValueError, match="unknown record fields"):
+    list(records.iter_layers(model, TOK, fields=("weights_key0",), store=store))
+
+
+def test_entry_without_a_derived_column_is_recomputed(model, tmp_path, counted, capfd):
+  """An entry whose manifest lacks the asked column (older writer) is not read: recomputed."""
+  store = records.RecordStore(tmp_path)
+  collect(model, store)
+  folder = _entry(store)
+  man = json.loads((folder / "manifest.json").read_text())
+  del man["layers"]["0"]["weights_key0"]
+  (folder / "manifest.json").write_text(json.dumps(man))
+  counted.clear()
+  got = {i: a for i, a, _ in records.iter_arrays(model, TOK, ("weights_key0",), store=store)}
+  assert len(counted) == 1 and sorted(got) == [0, 1, 2]
+  assert "malformed manifest" in capfd.readouterr().err
 
 
 def test_abandoned_iteration_leaves_no_entry(model, tmp_path):
@@ -289,3 +403,31 @@ def test_unwritable_store_still_gives_the_forward(model, tmp_path, capfd):
   blocker.write_text("not a folder")
   assert_same(collect(model, records.RecordStore(blocker / "store")), reference(model))
   assert "cannot write" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("failing_layer", [0, 2])
+def test_failed_write_gives_the_forward_and_no_entry(model, tmp_path, capfd,
+                                                                monkeypatch, failing_layer):
+  """A write that fails (first or last layer): the caller still gets every layer with the
+  forward's numbers, one warning, and no entry nor temporary folder is left; the next call
+  computes and writes the entry."""
+  from limits.records import store as store_lib
+
+  real = store_lib.Writer.add
+
+  def add(self, layer, arrays):
+    if layer == failing_layer:
+      raise OSError(28, "No space left on device")
+    return real(self, layer, arrays)
+
+  monkeypatch.setattr(store_lib.Writer, "add", add)
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  assert_same(collect(model, store), ref)
+  err = capfd.readouterr().err
+  assert err.count("write failed") == 1 and "No space left" in err, err
+  assert list(tmp_path.iterdir()) == []
+  monkeypatch.setattr(store_lib.Writer, "add", real)
+  assert_same(collect(model, store), ref)
+  assert len(list(tmp_path.iterdir())) == 1
+

@@ -555,3 +555,122 @@ def test_leave_one_out_product_equals_prefix_suffix_sums_and_keeps_exact_zeros()
     one = jnp.zeros((1, 129)).at[0, 7].set(0.3 ** 2)
     got = np.asarray(_leave_one_out_sum(one, product=True))
     assert got[0, 7] == 0.0 and np.all(got[0, np.arange(129) != 7] == 0.3 ** 2)
+
+
+def _brute_layer_sums(w, v, ns, M, rule):
+  """(H, K, F) by the plain loop of §2.2 (direct differences), t <= N skipped (AMBIG-8)."""
+  H, L, _ = w.shape
+  out = np.zeros((H, len(ns), len(sp.LAYER_FIELDS)))
+  ties = 0
+  for h in range(H):
+    x = v[h] / np.linalg.norm(v[h], axis=1, keepdims=True) * M
+    for k, n in enumerate(ns):
+      for q in range(L):
+        t = q + 1
+        if t <= n:
+          continue
+        a = w[h, q, :t]
+        n_s, r, sel = np_count(a, x[:t], n, rule=rule)
+        s = sum(a[i] * x[i] for i in sel)
+        ties += sum(1 for i in sel if np.linalg.norm(a[i] * x[i] - s) == r)
+        d = pdist(x[:t])
+        delta = d[d > 1e-12].min() if np.any(d > 1e-12) else 0.0
+        xs = np_xi(a, sel, M, min(delta, 2 * M))
+        lo = 1 - sum(xs.values()) / (n * r) if r > 0 else -math.inf
+        up = sum(math.exp(-max(xs[i] - r, 0) ** 2 / (2 * M * M)) for i in sel) / n
+        up_p = sum(math.exp(-(r - xs[i]) ** 2 / (16 * M * M)) for i in sel) / n
+        out[h, k] += [n_s / n, max(lo, 0), lo, up, r, delta, up_p, 1]
+  return out, ties
+
+
+@pytest.mark.parametrize("rule", ["strict", "literal"])
+@pytest.mark.parametrize("L,chunk", [(64, 16), (70, 16), (70, 1000)])
+def test_layer_sums_row_chunks_equal_the_plain_loop(monkeypatch, rule, L, chunk):
+  """layer_sums (thresholds for I_N, bounds over the selected places, rows in chunks of
+  ROW_CHUNK with the last chunk padded) equals the plain §2.2 loop with direct differences
+  (1e-8 relative: Gram identity vs differences), both rules, float32 records cast in the
+  kernel. Row chunks that divide the block (L = 64, 4 blocks of 16) and that do not (L = 70:
+  blocks of 17-18 rows, padded); N >= a block's keys (N = 32 > C = 18 in the first block).
+  Ties: head 0's row 40 holds seven equal weights across the N = 4 and N = 8 places, and row
+  50 is uniform over keys with one shared vector, so every distance equals r there (strict
+  and literal both count 0; a selected key's distance rounded apart from r's would count)."""
+  from limits.separability import model as sm
+
+  monkeypatch.setattr(sm, "ROW_CHUNK", chunk)
+  sm._layer_kernel.clear_cache()
+  try:
+    with jax.enable_x64(True):
+      rng = np.random.default_rng(11)
+      H, d, M = 2, 5, 1.0
+      w = _causal_softmax_rows(rng, H, L).astype(np.float32)
+      w[0, 40, 1:8] = w[0, 40, 0]
+      w[0, 50, :51] = np.float32(1 / 51)
+      v = rng.normal(size=(H, L, d)).astype(np.float32)
+      v[0, :51] = v[0, 0]
+      ns = [1, 4, 8, 32]
+      got = np.asarray(sm.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, M, rule=rule,
+                                     dtype=jnp.float64))
+      ref, ties = _brute_layer_sums(w.astype(np.float64), v.astype(np.float64), ns, M, rule)
+      assert ties > 0                      # the data holds selected keys at distance exactly r
+      np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-12)
+  finally:
+    sm._layer_kernel.clear_cache()
+
+
+def test_ragged_places_and_leave_one_out_matrix():
+  """_ragged: the places of every N in selection order, and loo[j, p] = 1 exactly for the
+  other selected keys of place p (NumPy brute force), N capped at k."""
+  from limits.separability.model import _ragged
+
+  ns, k = (1, 3, 6), 5
+  m, i, seg, loo = _ragged(ns, k)
+  want = [(0, 0), (1, 0), (1, 1), (1, 2)] + [(2, r) for r in range(5)]
+  assert list(zip(m.tolist(), i.tolist())) == want
+  assert seg.sum(axis=0).tolist() == [1, 3, 5]
+  for p, (mm, ii) in enumerate(want):
+    n = min(ns[mm], k)
+    assert loo[:, p].tolist() == [int(j < n and j != ii) for j in range(k)]
+
+
+def test_layer_sums_decides_tiny_weights_exactly():
+  """A head with one weight near 1 and the others ≈ 1e-15 (the embedded model's layer 1):
+  the keys' distances to s differ by ≈ 1e-15·r, below the rounding of ‖s‖² (≈ 1e-16·r²)
+  that the Gram form d² = α²M² − 2α⟨x, s⟩ + ‖s‖² carries. layer_sums decides
+  ‖α_i x_i − s‖ < r on d² − ‖s‖² and matches exact rational arithmetic (fractions) on the
+  kernel's own vectors; the previous reference path (layer_sums_reference, the Gram form
+  with ‖s‖²) does not, so this data can tell the two apart."""
+  from fractions import Fraction
+
+  from limits.separability import model as sm
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(12)
+    L, d, ns = 32, 4, (2, 4, 8)
+    w = np.zeros((1, L, L), np.float32)
+    for q in range(L):
+      tiny = rng.uniform(0.1, 10, q).astype(np.float32) * np.float32(1e-15)
+      w[0, q, 1:q + 1] = tiny
+      w[0, q, 0] = np.float32(1) - tiny.sum(dtype=np.float32)
+    v = rng.normal(size=(1, L, d))
+    x = np.asarray(sm.normalize_to_sphere(jnp.asarray(v[0]), 1.0))       # the kernel's x
+    got = np.asarray(sm.layer_sums(jnp.asarray(w), jnp.asarray(v), ns, 1.0,
+                                   dtype=jnp.float64))[0, :, 0]
+    old = np.asarray(sm.layer_sums_reference(jnp.asarray(w, jnp.float64), jnp.asarray(v),
+                                             jnp.asarray(ns), 1.0))[0, :, 0]
+    X = [[Fraction(float(c)) for c in row] for row in x]
+    want = []
+    for n in ns:
+      tot = Fraction(0)
+      for q in range(n, L):
+        a = [Fraction(float(c)) for c in w[0, q, :q + 1]]
+        order = sorted(range(q + 1), key=lambda i: (-a[i], i))
+        sel, non = order[:n], order[n:]
+        s = [sum(a[i] * X[i][c] for i in sel) for c in range(d)]
+        t = [a[j] * a[j] * sum(c * c for c in X[j]) - 2 * a[j] * sum(X[j][c] * s[c]
+                                                                     for c in range(d))
+             for j in range(q + 1)]
+        tmin = min(t[j] for j in non)
+        tot += Fraction(sum(1 for i in sel if t[i] < tmin), n)
+      want.append(float(tot))
+    np.testing.assert_array_equal(got, want)
+    assert np.any(old != np.asarray(want))

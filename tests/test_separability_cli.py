@@ -102,3 +102,68 @@ def test_bad_values_exit_nonzero_with_one_line(tmp_path, args, needle):
   hits = [line for line in p.stderr.splitlines() if needle in line]
   assert len(hits) == 1, p.stderr[-2000:]
   assert not (tmp_path / "bad" / "results.json").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny3(tmp_path_factory):
+  """A random 3-layer GPT-2 (64 positions) and a text file."""
+  from limits.models.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+
+  root = tmp_path_factory.mktemp("emit")
+  model = make_random_model_dir(root / "model", n_layer=3, n_head=2, n_embd=32,
+                                n_positions=64)
+  text = root / "text.txt"
+  text.write_text(SAMPLE_TEXT * 3)
+  return model, text
+
+
+@pytest.mark.parametrize("emit_seconds,stop_after,layers_written", [
+    (1e9, None, [[0], [0, 1, 2]]),          # first layer, then the window's end
+    (0.0, None, [[0], [0, 1], [0, 1, 2]]),  # every layer of the first window
+    (1e9, 2, [[0], [0, 1]]),                # interrupted after layer 1: its rows are written
+])
+def test_model_source_writes_the_first_window_throttled(tiny3, tmp_path, monkeypatch,
+                                                        emit_seconds, stop_after,
+                                                        layers_written):
+  """The model source writes the first window's results after its first layer, then at most
+  every EMIT_SECONDS and at the window's end; an interrupt writes the layers computed since
+  the last write before it stops (nothing computed is lost)."""
+  import jax
+
+  from limits.runs import interrupts
+  from limits.runs import results as res_lib
+  from limits.separability import task as separability_task
+
+  model, text = tiny3
+  config = separability_task.SeparabilityConfig(
+      source="model", model=str(model), text=str(text), length=24, windows=1,
+      n_values="1,2", plot=False)
+  written = []
+  original = separability_task._write
+
+  def write(c, out_dir, rows, *args):
+    written.append(sorted({r["layer"] for r in rows}))
+    return original(c, out_dir, rows, *args)
+
+  calls = []
+
+  def check():
+    calls.append(1)
+    if stop_after is not None and len(calls) >= stop_after:
+      raise interrupts.Interrupted("test")
+
+  monkeypatch.setattr(separability_task, "EMIT_SECONDS", emit_seconds)
+  monkeypatch.setattr(separability_task, "_write", write)
+  monkeypatch.setattr(interrupts, "check", check)
+  out = res_lib.prepare_out_dir(tmp_path / "out", separability_task.EXPERIMENT, identity={},
+                                overwrite=False)
+  try:
+    with jax.enable_x64(True):
+      if stop_after is None:
+        separability_task.run(config, out, separability_task.grid(config))
+      else:
+        with pytest.raises(interrupts.Interrupted):
+          separability_task.run(config, out, separability_task.grid(config))
+  finally:
+    res_lib.release_dir(out)
+  assert written == layers_written

@@ -65,7 +65,20 @@ def prefix_maxima(dist2):
   return P, first
 
 
-def d1_sq_prefix(sel, rest, dist2, idx, P, I, in_n=None):
+def prefix_gathers(idx, P, I, vis, rank, n2):
+  """The N-independent gathers of :func:`d1_sq_prefix` for one block, done once for every N:
+  ``pj`` (R, k) = P at the keys ``idx``, ``arg`` = I there (each selected key's farthest
+  visible key), ``vis_arg`` / ``rank_arg`` the visibility and rank of that key (a key is
+  non-selected for N iff visible and rank >= N), ``vis_idx`` and ``n2_idx`` (‖x‖² of the keys
+  in order). idx (R, k); P, I, vis, rank (R, C); n2 (C,)."""
+  arg = jnp.take_along_axis(I, idx, -1)
+  return {"pj": jnp.take_along_axis(P, idx, -1), "arg": arg,
+          "vis_arg": jnp.take_along_axis(vis, arg, -1),
+          "rank_arg": jnp.take_along_axis(rank, arg, -1),
+          "vis_idx": jnp.take_along_axis(vis, idx, -1), "n2_idx": n2[idx]}
+
+
+def d1_sq_prefix(sel, rest, dist2, idx, P, I, in_n=None, pre=None, n=None):
   """d_1² per row (R,) from the per-key prefix maxima, exact; the values of
   :func:`d1_sq_gather`.
 
@@ -76,15 +89,22 @@ def d1_sq_prefix(sel, rest, dist2, idx, P, I, in_n=None):
   compaction) in a loop over those rows only.
   idx (R, k): keys in selection order (the first N of them are I_N); P, I (R, C): rows
   lo … hi − 1 of :func:`prefix_maxima`; in_n: (R, k) ``sel`` at ``idx`` when the caller has it.
+  pre, n: :func:`prefix_gathers` of this block and the N of ``sel`` (selection by rank < n):
+  the gathers are then not repeated per N.
   """
   R = idx.shape[0]
   if in_n is None:  # (R, k) the selected keys among them
     in_n = jnp.take_along_axis(sel, idx, -1)
-  pj = jnp.where(in_n, jnp.take_along_axis(P, idx, -1), -jnp.inf)  # (R, k)
-  arg = jnp.take_along_axis(I, idx, -1)  # (R, k) farthest visible key from each selected
+  if pre is None:
+    pj = jnp.where(in_n, jnp.take_along_axis(P, idx, -1), -jnp.inf)  # (R, k)
+    arg = jnp.take_along_axis(I, idx, -1)  # (R, k) farthest visible key from each selected
+    rest_arg = jnp.take_along_axis(rest, arg, -1)
+  else:
+    pj = jnp.where(in_n, pre["pj"], -jnp.inf)
+    rest_arg = pre["vis_arg"] & (pre["rank_arg"] >= n)
   # admissible: the farthest key is visible and not selected (with a sliding window the
   # prefix maximum may sit before the window: then the row takes the gather below)
-  ok = in_n & jnp.take_along_axis(rest, arg, -1)
+  ok = in_n & rest_arg
   upper = jnp.max(pj, axis=-1)
   exact = jnp.max(jnp.where(ok, pj, -jnp.inf), axis=-1)
   has_rest = jnp.any(rest, axis=-1)

@@ -10,6 +10,11 @@ query block is two (R, C)·(C, d) products through the Gram identities:
 
   s_N = A_N X (R, d),  c_N = s_N Xᵀ (R, C),  ‖α_i x_i − s‖² = α_i²‖x_i‖² − 2α_i c_i + ‖s‖².
 
+Per-N passes over a block's (R, C) rows are what a layer costs (issue 27): what does not
+depend on N is done once per block (the Jensen gap's sum, the d_1 gathers of the selection
+order, :func:`.farthest.prefix_gathers`), and the d_max spread of non-negative rows is a closed
+form (:func:`_block_rows`); Algorithm 3's search (``lean``) skips the gap it does not read.
+
 Compile time (what a short run pays): the per-N body is traced once and looped over the K
 values of N (``lax.map``), float32 records are selected as they are (no float64 tie fallback
 is compiled for them) and cast to the compute dtype after, and a layer is one causal block
@@ -68,7 +73,7 @@ def block_visible(lo: int, R: int, C: int, window: int = 0):
 
 def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
                 row_block: int, top_idx=None, printed: bool = False, window: int = 0,
-                lean: bool = False, shared=None):
+                lean: bool = False, shared=None, rank=None):
   """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form), and
   with ``printed`` the per-row printed E (both x̄ readings) and the E with p = N/L, (R, K, 3).
 
@@ -84,6 +89,15 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   shared: None, or what does not depend on the block, computed once per head over all L keys
   (:func:`_head_shared`) and cut to this block: ``n2`` (C,), ``dist2`` (C, C), ``P``, ``I``
   (R, C) (with ``bound``), ``xcum`` (R, d) the prefix sums of x (printed, global layers).
+  rank: with ``top_idx``, (R, C) the rank of each key in that order (``select(k)`` is
+  ``vis & (rank < ns[k])``): the gathers of d_1 that do not depend on N are then done once
+  (:func:`.farthest.prefix_gathers`), not per N.
+
+  Forms that save a pass over (R, C) per N (same values up to rounding, a few ulp per term):
+  the Jensen gap's sqrt(p(1 − p)·r·(Σα²‖x‖² − α_i²‖x_i‖²)) factors as sqrt(p(1 − p)·r) times
+  a sum computed once; the d_max spread Σ_{i∉I_N}|ᾱ_N − α_i| is ᾱ_N·|rest| − (m − ᾱ_N) when
+  every visible weight of the block is >= 0 (then ᾱ_N >= each non-selected α_i, Lemma: ᾱ_N
+  sums the N largest; else the pass).
   """
   R, C = a.shape
   dt = a.dtype
@@ -98,6 +112,8 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   q_all = jnp.sum(s_all * s_all, axis=-1)  # (R,)
   ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (R,)
   w2_tot = jnp.sum(w2, axis=-1)  # (R,)
+  if not lean:  # the Jensen gap's N-independent sum: Σ_i sqrt(Σ_j α_j²‖x_j‖² − α_i²‖x_i‖²)
+    gap_base = jnp.sum(jnp.where(vis, sqrt0(w2_tot[:, None] - w2), 0.0), axis=-1)  # (R,)
   cap = min(cap, C)
   if bound and shared is not None:
     dist2, P, I = shared["dist2"], shared["P"], shared["I"]
@@ -113,6 +129,11 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
       xm = xcum / t[:, None]  # (R, d) prefix mean per query
     c_mean = xm @ x.T  # (R, C) ⟨x_i, x̄_t⟩
     q_mean = jnp.sum(xm * xm, axis=-1)
+  pre = None
+  if bound and top_idx is not None:
+    k_top = top_idx.shape[-1]
+    pre = farthest.prefix_gathers(top_idx, P, I, vis, rank, n2)  # (R, k) each, once
+    nonneg = jnp.all(~vis | (a >= 0))  # every visible weight >= 0: the spread's closed form
   if printed:
 
     def printed_sum(coef, c, q):  # coef (R, C) = α_i + N/(L_t − 1)
@@ -143,17 +164,21 @@ def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
     if lean:
       gap = jnp.zeros_like(d_sum)
     else:
-      var = (p * (1 - p) * ratio)[:, None] * (w2_tot[:, None] - w2)
-      gap = pref * jnp.sum(jnp.where(vis, sqrt0(var), 0.0), axis=-1)
+      gap = pref * sqrt0(p * (1 - p) * ratio) * gap_base
     if bound:
       if top_idx is None:
         r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
         d1 = sqrt0(farthest.d1_sq_gather(sel, rest, dist2, cap=cap, row_block=row_block))
+        spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
       else:  # R_N over the (R, k) selection order: the same maximum, no (R, C) pass
-        in_n = jnp.take_along_axis(sel, top_idx, -1)  # (R, k)
-        r_n = sqrt0(jnp.max(jnp.where(in_n, n2[top_idx], 0.0), axis=-1))
-        d1 = sqrt0(farthest.d1_sq_prefix(sel, rest, dist2, top_idx, P, I, in_n=in_n))
-      spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
+        in_n = pre["vis_idx"] & (jnp.arange(k_top)[None, :] < ns[k])  # (R, k) = sel at idx
+        r_n = sqrt0(jnp.max(jnp.where(in_n, pre["n2_idx"], 0.0), axis=-1))
+        d1 = sqrt0(farthest.d1_sq_prefix(sel, rest, dist2, top_idx, P, I, in_n=in_n,
+                                         pre=pre, n=ns[k]))
+        n_rest = t - jnp.sum(in_n, axis=-1).astype(dt)  # (R,) visible keys not selected
+        spread = lax.cond(
+            nonneg, lambda: alpha_bar * n_rest - (m - alpha_bar),
+            lambda: jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1))
       dmax_sum = (m - alpha_bar) * d1 + r_n * spread
       dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
     else:
@@ -237,12 +262,14 @@ def _reduce(parts, printed: bool):
 
 
 @functools.partial(jax.jit, static_argnames=("cap", "inclusion", "bound", "row_block",
-                                             "blocks", "printed", "window"))
+                                             "blocks", "printed", "window", "lean"))
 def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: bool,
-                  row_block: int, blocks: int, printed: bool = False, window: int = 0):
+                  row_block: int, blocks: int, printed: bool = False, window: int = 0,
+                  lean: bool = False):
   """Host-threshold path: HeadStats (G, K) for G heads: weights (G, L, L), x (G, L, d),
   thr/cut (G, L, K) from :func:`thresholds_from_sorted` (any N up to L); cap (static) bounds
-  the N values (the d_1 gather size)."""
+  the N values (the d_1 gather size). lean: the Jensen gap left 0 (Algorithm 3's search reads
+  only d̃ and E)."""
   L = weights.shape[-1]
 
   def per_head(args):
@@ -258,7 +285,7 @@ def _layer_kernel(weights, x, thr, cut, ns, *, cap: int, inclusion: str, bound: 
           av, tb[:, k], cb[:, k], vis, kpos)
       parts.append(_block_rows(ab, xh[:hi], select, ns, lo, cap=cap, inclusion=inclusion,
                                bound=bound, row_block=row_block, printed=printed,
-                               window=window))
+                               window=window, lean=lean and not printed))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x, thr, cut))
@@ -269,18 +296,31 @@ def _block_top(ab, vis, kmax: int, ns):
   return top_k_rows(jnp.where(vis, ab, 0.0), vis, min(kmax + 1, ab.shape[-1]), ns)
 
 
-@functools.partial(jax.jit, static_argnames=("kmax", "blocks", "window"))
-def layer_top(weights, ns, *, kmax: int, blocks: int = 4, window: int = 0):
+@functools.partial(jax.jit, static_argnames=("kmax", "blocks", "window", "width"))
+def layer_top(weights, ns, *, kmax: int, blocks: int = 4, window: int = 0,
+              width: int | None = None):
   """The selection order :func:`layer_kernel` computes, once: a tuple over the causal blocks
   (:func:`causal_blocks`) of (G, R_b, min(kmax + 1, hi_b)) int32 key indices, to pass as its
   ``top`` so that calls for other Ns (Algorithm 3's scan batches) do not select again.
   weights (G, L, L); ns: every N the order will serve (each <= kmax; the float64 tie check of
-  :func:`limits.selection.top_k_rows` reads them)."""
+  :func:`limits.selection.top_k_rows` reads them).
+
+  ``width`` (>= kmax): the order of the top kmax + 1 keys, padded to min(width + 1, hi_b)
+  columns with the key index hi_b (outside the block: no key), so that a ``layer_kernel``
+  compiled for ``kmax=width`` serves every N <= kmax (with ``bound=False``: the rank of a key
+  beyond the first kmax + 1 is then width + 1, the padding is dropped; a larger top-k costs
+  more: ``lax.top_k`` of 257 keys per row takes ~9× the time of 9 on CPU)."""
   L = weights.shape[-1]
 
   def per_head(a):
-    return tuple(_block_top(a[lo:hi, :hi], block_visible(lo, hi - lo, hi, window), kmax, ns)
-                 for lo, hi in causal_blocks(L, blocks))
+    out = []
+    for lo, hi in causal_blocks(L, blocks):
+      idx = _block_top(a[lo:hi, :hi], block_visible(lo, hi - lo, hi, window), kmax, ns)
+      if width is not None and min(width + 1, hi) > idx.shape[-1]:
+        idx = jnp.pad(idx, ((0, 0), (0, min(width + 1, hi) - idx.shape[-1])),
+                      constant_values=hi)
+      out.append(idx)
+    return tuple(out)
 
   return lax.map(per_head, weights)
 
@@ -300,9 +340,12 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   selected as they are and cast after, so no float64 tie fallback is compiled for them
   (:func:`limits.selection.top_k_rows`: a float32 row needs none).
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
-  top: the selection order from :func:`layer_top` (same kmax, blocks, window), reused instead
-  of selecting again. lean: see :func:`_block_rows` (Algorithm 3's scan).
+  top: the selection order from :func:`layer_top` (same kmax, or ``width=kmax``; blocks,
+  window), reused instead of selecting again; a padded order (``width``) with ``bound=False``
+  only. lean: see :func:`_block_rows` (Algorithm 3's scan).
   """
+  if top is not None and bound:
+    raise ValueError("layer_kernel: a kept selection order (top) serves bound=False only")
   L = weights.shape[-1]
   dtype = x.dtype if dtype is None else jnp.dtype(dtype)
   x = x.astype(dtype)
@@ -320,7 +363,7 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
       parts.append(_block_rows(ab.astype(dtype), xh[:hi], select, ns, lo, cap=kmax,
                                inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
                                printed=printed, window=window, lean=lean,
-                               shared=_cut(shared, lo, hi)))
+                               shared=_cut(shared, lo, hi), rank=rank))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x, top))
@@ -362,11 +405,13 @@ def _device_arrays(weights, x, dtype):
 
 
 def top_k_size(n_max: int, L: int) -> int:
-  """The static top-k size of the device path for a largest N of ``n_max``: the next power of
-  two (at least 8), at most L. A larger k selects the same first N keys (values unchanged), and
-  Algorithm 3's ascending scan, whose batches of N all have another maximum, then compiles
-  the layer kernel about log2(128 / 8) + 1 = 5 times instead of once per batch (~36 s each
-  at L = 256, 4 heads of 256 dimensions, loaded machine; 0.16 s per call once compiled)."""
+  """A bucketed static top-k size for a largest N of ``n_max``: the next power of two (at
+  least 8), at most L. A larger k selects the same first N keys (values unchanged); Algorithm
+  3's ascending scan (:mod:`limits.distance.scan`) sizes its kernel (N_max) and its kept
+  selection order (the largest N asked so far) with it, so that batches with another maximum
+  share a compile (~36 s each at L = 256, 4 heads of 256 dimensions, loaded machine; 0.16 s
+  per call once compiled). :func:`layer_stats` (Algorithms 1-2, one call per layer and L with
+  the same Ns) takes the exact max N: lax.top_k's time grows with k."""
   return int(min(max(8, 1 << (int(n_max) - 1).bit_length()), L))
 
 
@@ -379,7 +424,8 @@ def check_window(window) -> int:
   return w
 
 
-def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed, window=0):
+def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed, window=0,
+         lean=False):
   check_inclusion(inclusion)
   window = check_window(window)
   ns = [int(n) for n in ns]
@@ -388,10 +434,11 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
   nsj = jax.device_put(np.asarray(ns, np.int32))
   if sorted_rows is None and max(ns) <= TOPK_MAX:  # device path: no host round trip
     wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
-    out = layer_kernel(wj, xj, nsj, kmax=top_k_size(max(ns), L), inclusion=inclusion,
-                       bound=bound,
+    # The exact largest N: no scan shares this compile, and lax.top_k's time grows with k.
+    out = layer_kernel(wj, xj, nsj, kmax=min(max(ns), L), inclusion=inclusion, bound=bound,
                        blocks=default_blocks(L) if blocks is None else int(blocks),
-                       printed=printed, dtype=compute.name, window=window)
+                       printed=printed, dtype=compute.name, window=window,
+                       lean=lean and not printed)
   else:
     w, x, ns = _prepare(weights, x, ns, dtype)
     B, H, L, _ = w.shape
@@ -407,14 +454,15 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
                         jax.device_put(th.cut.reshape(B * H, L, -1)), nsj,
                         cap=cap, inclusion=inclusion, bound=bound,
                         row_block=max(1, min(L, (1 << 21) // max(cap * L, 1))),
-                        blocks=blocks, printed=printed, window=window)
+                        blocks=blocks, printed=printed, window=window, lean=lean)
   out = jax.device_get(out)
   return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)
 
 
 def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                 bound: bool = True, dtype=None, sorted_rows=None,
-                blocks: int | None = None, window: int | None = 0) -> HeadStats:
+                blocks: int | None = None, window: int | None = 0,
+                lean: bool = False) -> HeadStats:
   """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
 
   Args:
@@ -432,11 +480,13 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
     window: the layer's sliding window (the record's ``window``): W > 0 for a local layer,
       where each query's effective length is min(t + 1, W) and keys outside the window are not
       tokens of the row; 0 or None for a global (causal) layer.
+    lean: the Jensen gap (``gap``) is left 0: for callers that read only d̃ and E (Algorithm
+      3's KS search), one pass over the rows per N less.
   Returns:
     HeadStats with fields (B, H, K) (NumPy arrays).
   """
   st, _ = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window)
+               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window, lean=lean)
   return st
 
 

@@ -127,13 +127,15 @@ class ModelEvaluator:
       del rec
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
-                 bound: bool = True, on_layer=None, dtype=None, layer_hook=None) -> HeadStats:
+                 bound: bool = True, on_layer=None, dtype=None, layer_hook=None,
+                 lean: bool = False) -> HeadStats:
     """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads.
 
     ``n_cap`` is accepted for compatibility (every N is exact, whatever the cap).
     ``layer_hook(window, weights (1, H, L, L), x)`` sees every layer's arrays of the same forward,
     so other per-layer statistics need no second pass; a :class:`PrintedExpectations` hook is
-    filled from the layer kernel itself (no second pass over the L × L rows).
+    filled from the layer kernel itself (no second pass over the L × L rows). ``lean``: the
+    Jensen gap left 0 (the KS calls read only d̃ and E).
     """
     dtype = np.dtype(dtype) if dtype is not None else self.dtype
     tokens = jnp.asarray(tokens, jnp.int32)
@@ -149,7 +151,7 @@ class ModelEvaluator:
           layer_hook.add(w, {k: v[0] for k, v in means.items()})
         else:
           hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype,
-                           window=win)
+                           window=win, lean=lean)
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)
@@ -173,7 +175,7 @@ class ModelEvaluator:
     ns = [int(n) for n in ns]
     padded = ns + [ns[-1]] * max(0, (pad_to or len(ns)) - len(ns))  # fixed K: one compile
     if cache is None:
-      st = self.head_stats(tokens, padded, bound=False, dtype=self.ks_dtype)
+      st = self.head_stats(tokens, padded, bound=False, dtype=self.ks_dtype, lean=True)
     else:
       st = self._cached_stats(cache, padded)
     return self._ks_from_stats(st, len(ns), form)
@@ -197,7 +199,7 @@ class ModelEvaluator:
     for layers in cache:
       parts = [jax.tree.map(lambda v: v[0], layer_stats(wts, x, ns, inclusion=self.inclusion,
                                                         bound=False, sorted_rows=srt,
-                                                        window=win))
+                                                        window=win, lean=True))
                for wts, x, srt, win in layers]
       st = concat_heads(parts)
       total = st if total is None else combine(total, st)

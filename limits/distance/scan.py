@@ -5,7 +5,7 @@ forms), of the reconstructed E and of the printed E with x̄ = Σ_j α_j x_j
 (:mod:`limits.distance.printed`; AMBIG-18). What does not depend on N is computed once per L
 and kept between batches (:class:`ScanSamples`): each layer's records (weights, vectors) on the
 device and each row's selection order (:func:`limits.distance.kernels.layer_top`, the one tie
-rule, for every N up to the scan's N_max). A batch is one :func:`limits.distance.kernels.layer_kernel`
+rule, for every N up to the largest asked so far: grown when a batch asks more). A batch is one :func:`limits.distance.kernels.layer_kernel`
 call per layer (``lean``: only the quantities above; ``top``: the kept order), dispatched
 without waiting, and one transfer to the host per batch. Same values as the hook path
 (``ModelEvaluator.head_stats`` with a ``PrintedExpectations`` hook): tests/test_distance_scan.py.
@@ -37,6 +37,13 @@ def scan_n_max(L: int, n_max: int | None = None) -> int:
     raise LimitsError(f"scan N_max={n_max} must be a positive integer")
   n = math.ceil(L / 4) if n_max is None else int(n_max)
   return max(1, min(n, L - 1))
+
+
+# The smallest N the kept order covers: lax.top_k's CPU time is mostly fixed at small k
+# (SmolLM2, L = 1,024, one layer: 0.13 s of CPU for the top 33 keys, 0.49 s for the top 257,
+# scratch measurement in one process), and the SmolLM2 scan stops below N = 32 at L = 1,024
+# (first pass near N = 8-13), so one selection per L usually serves it.
+SCAN_TOP_MIN = 32
 
 
 class ScanSamples:
@@ -72,25 +79,46 @@ class ScanSamples:
     self._keep_top = top_bytes <= budget
     self._cache = None
     self._tops: dict[int, list] = {}
+    # The kept order covers the top k_top + 1 keys, k_top = top_k_size of the largest N asked
+    # so far (grown, and the order selected again, when a batch asks more): the scan usually
+    # stops far below N_max, and lax.top_k's time grows with k (issue 27: 0.35 s of CPU per
+    # SmolLM2 layer at L = 1,024 for N_max = 256). Padded to kmax + 1 columns (layer_top's
+    # ``width``): the layer kernel is compiled once per L whatever k_top.
+    self._k_top = 0
     self.pad_to = max(1, int(pad_to))  # calls padded to a multiple of it: one compile per L
 
   def _layers_of(self, w: int):
     """Yields (weights (G, L, L), x (G, L, d), top, window) of window w's layers, one layer at a
     time, on the device (read or computed as they are asked for: nothing of the next layer
     exists before the caller moves on)."""
-    all_ns = jax.device_put(np.arange(1, self.n_max + 1, dtype=np.int32))  # explicit
     tops = self._tops.get(w)
     new_tops = []
     tok = jax.device_put(self.tokens[w:w + 1])  # (1, L)
     for i, (wts, x, win) in enumerate(self.ev._layers(tok, self.dtype, cast_weights=False)):
       wj, xj, _, _ = kernels._device_arrays(wts, x, self.dtype)
-      top = tops[i] if tops else kernels.layer_top(wj, all_ns, kmax=self.kmax,
-                                                   blocks=self.blocks, window=win)
+      top = tops[i] if tops else self._top(wj, win)
       if self._keep_top and not self._keep and not tops:
         new_tops.append(top)
       yield wj, xj, top, win
     if new_tops:
       self._tops[w] = new_tops
+
+  def _top(self, wj, win):
+    """The selection order of one layer's rows for every N <= k_top, padded to kmax + 1."""
+    ns = jax.device_put(np.arange(1, self._k_top + 1, dtype=np.int32))  # explicit
+    return kernels.layer_top(wj, ns, kmax=self._k_top, blocks=self.blocks, window=win,
+                             width=self.kmax)
+
+  def _grow_top(self, n: int) -> None:
+    """Makes the kept order cover N <= n: a larger k_top, every kept order selected again."""
+    need = min(kernels.top_k_size(max(n, SCAN_TOP_MIN), self.L), self.kmax)
+    if need <= self._k_top:
+      return
+    self._k_top = need
+    self._tops = {}
+    if self._cache is not None:
+      self._cache = [[(wj, xj, self._top(wj, win), win) for wj, xj, _, win in layers]
+                     for layers in self._cache]
 
   def _windows(self):
     """Per window, an iterable of its layers: the kept lists, or (records not kept) a
@@ -113,6 +141,7 @@ class ScanSamples:
     if not ns or min(ns) < 1 or max(ns) > self.n_max:
       raise LimitsError(f"scan Ns {ns} must lie in [1, {self.n_max}]")
     K = len(ns)
+    self._grow_top(max(ns))
     nsj = jax.device_put(np.asarray(ns + [ns[-1]] * (-K % self.pad_to), np.int32))  # explicit
     per_window = []
     for layers in self._windows():

@@ -17,6 +17,11 @@ L = 32 … 1,024) about 14 GB, the embedded model's ``--quick`` run about 55 MB.
 search re-reads the same records every round). The key (:mod:`limits.records.key`) covers the model files, the tokens, L and the
 code; a stale, foreign, truncated or corrupt entry is never read: it is discarded and the
 forward recomputed (one warning line on stderr).
+
+Besides the record fields an entry holds :data:`DERIVED` columns, cut from a field when the
+entry is written: ``weights_key0`` = ``weights[..., 0]`` (B, H, L), every query's weight on
+token 0 (attention sinks), so a reader of that column checks and reads L values per head, not
+the L × L weights. :func:`iter_arrays` gives them (the same float32 numbers as the field's).
 """
 
 from __future__ import annotations
@@ -35,8 +40,11 @@ from limits.records.store import FIELDS, Corrupt, RecordStore
 ENV_DIR = "LIMITS_RECORDS_DIR"
 OFF = ("", "0", "off", "none", "false")
 
-__all__ = ["ENV_DIR", "FIELDS", "Corrupt", "RecordStore", "iter_layers", "session_store",
-           "store_from_env", "window_key"]
+# Columns cut from a record field when an entry is written: name -> (field, function).
+DERIVED = {"weights_key0": ("weights", lambda w: w[..., 0])}  # (B, H, L) weight on token 0
+
+__all__ = ["DERIVED", "ENV_DIR", "FIELDS", "Corrupt", "RecordStore", "iter_arrays",
+           "iter_layers", "session_store", "store_from_env", "window_key"]
 
 
 def store_from_env() -> RecordStore | None:
@@ -65,8 +73,7 @@ def _record(arrays, window=None):
   global layer, None in families without windows), from the config, not from the store."""
   from limits.models import AttnRecord
 
-  return AttnRecord(**{f: arrays.get(f) for f in FIELDS},
-                    window=None if window is None else np.int32(window))
+  return AttnRecord(**{f: arrays.get(f) for f in FIELDS}, window=_window(window))
 
 
 _DEFAULT = object()
@@ -83,7 +90,6 @@ def iter_layers(model, tokens, *, layers=None, fields: Sequence[str] = FIELDS,
   default :func:`store_from_env`.
   """
   from limits import models
-  from limits.models import engine
 
   if store is _DEFAULT:
     store = store_from_env()
@@ -93,6 +99,30 @@ def iter_layers(model, tokens, *, layers=None, fields: Sequence[str] = FIELDS,
   bad = [f for f in fields if f not in FIELDS]
   if bad:
     raise ValueError(f"unknown record fields {bad}; allowed: {FIELDS}")
+  for i, arrays, window in iter_arrays(model, tokens, fields, layers=layers, store=store):
+    yield i, _record(arrays, window)
+
+
+def iter_arrays(model, tokens, fields: Sequence[str], *, layers=None,
+                store=_DEFAULT) -> Iterator[tuple[int, dict, object]]:
+  """Yields ``(layer, {name: array}, window)`` for one window ``tokens (1, L)``: the asked
+  record ``fields`` and :data:`DERIVED` columns of the kept ``layers`` (same numbers as
+  :func:`iter_layers`' records, NumPy arrays with the batch axis of 1; ``window``: the
+  layer's sliding window, from the config). Without a store the forward runs and the columns
+  are cut from its record."""
+  from limits import models
+  from limits.models import engine
+
+  if store is _DEFAULT:
+    store = store_from_env()
+  bad = [f for f in fields if f not in FIELDS and f not in DERIVED]
+  if bad:
+    raise ValueError(f"unknown record fields {bad}; allowed: {FIELDS + tuple(DERIVED)}")
+  if store is None:
+    for i, rec in models.iter_layers(model.params, tokens, model.config, layers=layers):
+      arrays = _with_derived({f: np.asarray(getattr(rec, f)) for f in FIELDS})
+      yield i, {f: arrays[f] for f in fields}, rec.window
+    return
   tokens = engine.check_tokens(tokens, model.config)
   if tokens.shape[0] != 1:
     raise ValueError(f"one window at a time: tokens must be (1, L), got {tuple(tokens.shape)}")
@@ -105,13 +135,26 @@ def iter_layers(model, tokens, *, layers=None, fields: Sequence[str] = FIELDS,
     if entry is not None:
       for i in kept:
         arrays = entry.read(i, fields)
-        yield i, _record(arrays, kinds[i])
+        yield i, arrays, _window(kinds[i])
         done.add(i)
       return
   except (Corrupt, KeyError, ValueError) as e:
     _warn(str(e) if isinstance(e, Corrupt) else f"malformed manifest ({e!r})")
     store.remove(key)
-  yield from _compute(model, tokens, kept, done, store, key)
+  for i, arrays, window in _compute(model, tokens, kept, done, store, key):
+    yield i, {f: arrays[f] for f in fields}, window
+
+
+def _window(window):
+  return None if window is None else np.int32(window)
+
+
+def _with_derived(arrays: dict) -> dict:
+  """``arrays`` plus every :data:`DERIVED` column (C-contiguous copies: L values per head)."""
+  out = dict(arrays)
+  for name, (field, cut) in DERIVED.items():
+    out[name] = np.ascontiguousarray(cut(arrays[field]))
+  return out
 
 
 def _compute(model, tokens, kept, done, store, key):
@@ -127,7 +170,7 @@ def _compute(model, tokens, kept, done, store, key):
   committed = False
   try:
     for i, rec in models.iter_layers(model.params, tokens, model.config):
-      arrays = {f: np.asarray(getattr(rec, f)) for f in FIELDS}
+      arrays = _with_derived({f: np.asarray(getattr(rec, f)) for f in FIELDS})
       rec_window = rec.window
       del rec
       if writer is not None:
@@ -139,7 +182,7 @@ def _compute(model, tokens, kept, done, store, key):
           writer.abort()
           writer = None
       if i in kept and i not in done:
-        yield i, _record(arrays, rec_window)
+        yield i, arrays, rec_window
     if writer is not None:
       try:
         writer.commit(model.config.n_layer)

@@ -2,13 +2,18 @@
 the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
-keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every N a
-rank cut (no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
-keys it can see, see :func:`layer_sums`), every N at once (one (R·K, d) @ (d, C) product for
-the distances r needs), and Theorem 2's ξ_i and bounds over the <= N selected weights in
-sorted order (sums over N, not L). :func:`layer_sums_reference` is the previous path (every
-row sorted, selection and bounds over whole rows); tests/test_separability.py checks the two
-agree (float64, ties).
+keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every I_N
+a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
+array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
+keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their
+(R, K, C) distances stay in the cache), every N at once (one (R·K, C) @ (C, d) product for
+s_N and one (R·K, d) @ (d, C) for the distances r needs), ‖α_i x_i − s‖ < r decided on
+d² − ‖s‖² (:func:`_excess`: exact for weights far below 1, where ‖s‖²'s rounding used to
+decide), and Theorem 2's ξ_i and bounds over the Σ_N min(N, k) selected places in sorted
+order (:func:`_ragged`; sums over N, not L). :func:`layer_sums_reference` is the previous
+path (every row sorted, selection and bounds over whole rows); tests/test_separability.py
+checks the two agree (float64, ties) and checks layer_sums against the plain §2.2 loop and
+exact fractions.
 
 Windowed attention (Gemma 3's local layers, ``window`` W > 0): query t sees its last
 min(t + 1, W) keys; keys before the window (weight exactly 0) are not tokens of the row: not
@@ -27,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.distance.kernels import block_visible, causal_blocks, check_window
-from limits.selection import ranks_from_top, sort_desc, sort_rows, top_k_rows, visible_window
-from limits.separability.rows import (_bounds_from_selected, row_stats,
+from limits.selection import sort_desc, sort_rows, top_k_rows, visible_window
+from limits.separability.rows import (row_stats,
                                       window_min_pairwise_distance)
 
 LAYER_FIELDS = ("frac", "lower", "lower_raw", "upper", "r", "delta", "upper_printed", "count")
@@ -89,64 +94,184 @@ def layer_sums_reference(weights, v, ns, M, *, rule: str = "strict", sorted_rows
                      (weights, v, sorted_rows))
 
 
-def _block_sums(a, x, dl, M, lo, *, ns: tuple, rule: str, window: int = 0):
-  """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
-  C = lo + R keys they can see (the records' dtype; cast to x's), x (C, d) on the sphere,
-  dl (R,) their deltas, ns the K values of N (static); window: static W > 0 in a
-  sliding-window layer. Every N at once:
+def _ragged(ns: tuple, k: int):
+  """Static layout of the (N, i) pairs with i < min(N, k): every N's selected places in
+  selection order, concatenated (P = Σ_N min(N, k) places instead of K·k).
 
-  - s_N = Σ_{i ∈ I_N} α_i x_i for every N from the top-k keys in selection order (R, k, d)
-    (O(R·K·k·d), not a masked (R, C) product per N);
+  Returns (m (P,) the index of N of each place, i (P,) its rank, seg (P, K) 0/1 the place's
+  N, loo (k, P) 0/1 with loo[j, p] = 1 iff j < N and j != i: ``w @ loo`` is Theorem 2's
+  leave-one-out sum over I_N \\ {i} for every place at once, a sum of exact terms, so a
+  selection with one non-zero weight gives exactly 0 (see rows._leave_one_out_sum))."""
+  m = np.concatenate([np.full(min(n, k), j) for j, n in enumerate(ns)]).astype(np.int32)
+  i = np.concatenate([np.arange(min(n, k)) for n in ns]).astype(np.int32)
+  seg = (m[:, None] == np.arange(len(ns))[None, :])
+  cut = np.minimum(np.asarray(ns), k)[m]                     # (P,) min(N, k) of each place
+  j = np.arange(k)[:, None]
+  loo = (j < cut[None, :]) & (j != i[None, :])
+  return m, i, seg, loo
+
+
+def _excess(a, xx, xs):
+  """t_j = ‖α_j x_j − s‖² − ‖s‖² = α_j² ‖x_j‖² − 2 α_j ⟨x_j, s⟩ (Gram identity): the one formula
+  for selected and non-selected keys. Comparing t decides ‖α_i x_i − s‖ < r without ‖s‖²,
+  whose rounding (≈ eps·‖s‖²) swamps the differences between keys of tiny weight (a head
+  with one weight near 1: α_i ≈ 1e-14 and d_i − r ≈ 1e-15·r); t keeps them to eps·|t|. Equal
+  inputs (a tie: same α and x) give equal bits."""
+  return a * a * xx - 2 * a * xs
+
+
+def _tie_margin(a_p, a_top, vis_top, ss, pm, ns: tuple, k: int, M, d: int, C: int):
+  """(R, P) a bound of the rounding of t_i − t_j (:func:`_excess`) between a selected place i
+  and any non-selected key j (weight <= α_(N+1), the largest non-selected one): t_i and t_j
+  within it count as a tie (the strict rule's ‖α_i x_i − s‖ = r: not inside).
+
+  t_i − t_j = α_i²M² − α_j²M² − 2⟨α_i x_i − α_j x_j, s⟩ with ‖x‖ = M: the products and
+  ⟨x, s⟩ (d terms) round to ≈ (d + 2)·eps·(α_i + α_j)·M·(‖s‖ + (α_i + α_j)·M), and s itself
+  (a sum of C terms) to ≈ (C + 2)·eps·M·Σ_{I_N} α, which moves t_i − t_j by 2(α_i + α_j)·M
+  times that; the factor 4 covers the 2 and the error bounds' second-order terms. Keys of
+  tiny weight (α ≈ 1e-14 in a head with one weight near 1) differ in t by far more than
+  this; equal (α, x) pairs differ by rounding only and are ties, as in exact arithmetic."""
+  dt = a_p.dtype
+  eps = jnp.finfo(dt).eps
+  nxt = np.minimum(np.asarray(ns), k - 1)                    # (K,) place of the (N+1)-th key
+  a_next = jnp.where(vis_top[:, nxt] & (np.asarray(ns) < k), a_top[:, nxt], 0)  # (R, K)
+  a_sum = jnp.stack([jnp.sum(a_top[:, :min(n, k)], axis=-1) for n in ns], axis=-1)  # (R, K)
+  w = a_p + jnp.take(a_next, pm, axis=-1)                    # (R, P) α_i + α_j (bound)
+  s_norm = jnp.sqrt(jnp.take(ss, pm, axis=-1))
+  M = jnp.asarray(M, dt)
+  return 4 * eps * w * M * ((d + 2) * (s_norm + w * M)
+                            + (C + 2) * M * jnp.take(a_sum, pm, axis=-1))
+
+
+def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0):
+  """(K, F) sums of the queries lo … lo + R − 1 of one head (lo may be traced): a (R, C) their
+  weights over the C keys of their causal block (the records' dtype; cast to x's), x (C, d) on
+  the sphere, dl (R,) their deltas, valid (R,) bool the row is a query (False: padding), ns
+  the K values of N (static); window: static W > 0 in a sliding-window layer. Every N at once:
+
+  - the top k = max N + 1 keys of each row from one ``lax.top_k`` (selection order: weight
+    descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
+    the index of the last tied key kept), so no (R, C) rank array is built;
+  - s_N = Σ_{i ∈ I_N} α_i x_i for every N: one product (R·K, C) @ (C, d) of the selected
+    weights (R, K, d);
   - ⟨x_j, s_N⟩ for every visible key j and every N in one product (R·K, d) @ (d, C): r, the
     minimum over the non-selected keys, needs all of them (Algorithm 4's dominant work);
-  - the selected keys' distances gathered from the same (R, K, C) matrix, so a selected and
-    a non-selected key with the same α and x get the same bits (a tie ‖α_i x_i − s‖ = r is
-    decided as the reference decides it when both sides round alike).
+  - the selected keys' ⟨x_i, s_N⟩ gathered from the same product, and ‖α_i x_i − s‖ < r
+    decided on d² − ‖s‖² (:func:`_excess`, one formula for both sides: a tie with the key
+    that sets r stays a tie, and keys of tiny weight are compared without ‖s‖²'s rounding);
+  - Theorem 2's ξ_i and bounds over the P = Σ_N min(N, k) selected places only
+    (:func:`_ragged`), not K·k.
   """
   R, C = a.shape
   dt = x.dtype
   K, kmax = len(ns), max(ns)
-  ns = jnp.asarray(ns, jnp.int32)                            # (K,)
-  vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   k = min(kmax + 1, C)
+  pm, pi, seg, loo = _ragged(ns, k)                          # (P,), (P,), (P, K), (k, P)
+  cut_pos = np.minimum(np.asarray(ns), k) - 1                # (K,) place of each N's last key
+  vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   # Selection on the records' own values: float32 records cast to float64 keep their order
   # and ties exactly, so top_k_rows needs no float64 fallback (its lax.cond and stable sort).
-  idx = top_k_rows(jnp.where(vis, a, 0), vis, k, ns)         # (R, k) selection order
+  idx = top_k_rows(jnp.where(vis, a, 0), vis, k, jnp.asarray(ns, jnp.int32))  # (R, k)
   a = jnp.where(vis, a.astype(dt), 0)
-  rank = ranks_from_top(idx, C)                              # (R, C)
   a_top = jnp.take_along_axis(a, idx, axis=-1)               # (R, k) weights, sorted
   vis_top = jnp.take_along_axis(vis, idx, axis=-1)
-  x_top = x[idx]                                             # (R, k, d)
   xx = jnp.sum(x * x, axis=-1)                               # (C,)
-  keep_t = jnp.sum(vis, axis=-1)                             # visible keys per query
-  in_n = vis_top[:, None] & (jnp.arange(k)[None, None, :] < ns[None, :, None])  # (R, K, k)
-  # (R, K, d) context vectors: a batched (K, k) @ (k, d) product per row (a cumsum over k
-  # lowers to an O(k²) reduce-window on CPU: 10x slower).
-  s = jnp.einsum("rnk,rkd->rnd", jnp.where(in_n, a_top[:, None], 0), x_top)
+  n_vis = jnp.sum(vis, axis=-1)                              # (R,) visible keys per query
+  # I_N as a threshold: key j is selected iff α_j > α_(N) or (α_j = α_(N) and j <= the
+  # index of the N-th key): lax.top_k's order (ties to the lower index). Rows with <= N
+  # visible keys select them all (their α_(N) is a masked key's: every visible j passes).
+  thr = jnp.where(vis_top[:, cut_pos], a_top[:, cut_pos], -1.0)  # (R, K) α_(N)
+  cut = idx[:, cut_pos]                                      # (R, K)
+  jpos = jnp.arange(C, dtype=jnp.int32)
+  sel = (a[:, None] > thr[..., None]) | ((a[:, None] == thr[..., None])
+                                         & (jpos <= cut[..., None]))
+  nonsel = vis[:, None] & ~sel                               # (R, K, C)
+  # (R, K, d) context vectors s_N = Σ_{j ∈ I_N} α_j x_j: one (R·K, C) @ (C, d) product (a
+  # gather of the top-k keys' vectors, (R, k, d), costs more on CPU than this product).
+  s = jnp.einsum("rnc,cd->rnd", jnp.where(sel, a[:, None], 0), x)
   xs = jnp.einsum("rnd,cd->rnc", s, x)                       # (R, K, C) ⟨x_j, s_N⟩
   ss = jnp.sum(s * s, axis=-1)                               # (R, K)
-  d2 = jnp.maximum(a[:, None] * a[:, None] * xx - 2 * a[:, None] * xs + ss[..., None], 0)
-  nonsel = vis[:, None] & (rank[:, None] >= ns[None, :, None])           # (R, K, C)
-  # r = min over non-selected of the distance; sqrt is monotone, so sqrt(min) = min(sqrt).
-  r = jnp.sqrt(jnp.min(jnp.where(nonsel, d2, jnp.inf), axis=-1))         # (R, K)
-  dist = jnp.sqrt(jnp.take_along_axis(d2, jnp.broadcast_to(idx[:, None], (R, K, k)), axis=-1))
-  if rule == "strict":
-    inside = in_n & (dist < r[..., None])
+  t = _excess(a[:, None], xx, xs)                            # (R, K, C) d² − ‖s‖²
+  # r² = ‖s‖² + min over non-selected of t (rounding is monotone: the same bits as the
+  # minimum of the rounded d², clipped at 0); +inf when every visible key is selected.
+  t_min = jnp.min(jnp.where(nonsel, t, jnp.inf), axis=-1)    # (R, K)
+  r = jnp.sqrt(jnp.maximum(t_min + ss, 0))                   # (R, K)
+  # The P selected places: ⟨x_i, s_N⟩ gathered from the same product.
+  flat = (pm * C)[None, :] + jnp.take(idx, pi, axis=-1)     # (R, P) into (K·C)
+  xs_p = jnp.take_along_axis(xs.reshape(R, K * C), flat, axis=-1)        # (R, P)
+  a_p = jnp.take(a_top, pi, axis=-1)                         # (R, P)
+  sel_p = jnp.take(vis_top, pi, axis=-1)                     # (R, P) a visible key
+  t_p = _excess(a_p, jnp.take(xx, jnp.take(idx, pi, axis=-1)), xs_p)     # (R, P)
+  if rule == "strict":  # ‖α_i x_i − s‖ < r  ⇔  t_i < min over non-selected of t
+    inside = sel_p & (t_p < jnp.take(t_min, pm, axis=-1)
+                      - _tie_margin(a_p, a_top, vis_top, ss, pm, ns, k, M, x.shape[-1], C))
   else:  # literal: the token that sets r is never outside B_r(s); only rows without one
-    inside = in_n & (dist <= r[..., None]) & ~jnp.any(nonsel, axis=-1)[..., None]
-  n_s = jnp.sum(inside, axis=-1)
-  n_eff = jnp.sum(in_n, axis=-1)
+    inside = sel_p & (n_vis[:, None] <= np.asarray(ns)[pm][None, :])
+  segf = jnp.asarray(seg, dt)                                # (P, K)
+  n_s = inside.astype(dt) @ segf                             # (R, K) exact counts
+  n_eff = sel_p.astype(dt) @ segf
   frac = jnp.where(n_eff > 0, n_s / jnp.maximum(n_eff, 1), 1.0).astype(dt)
-  # Theorem 2's bounds over the k <= max N + 1 sorted keys, every N at once (a loop over N
-  # with each N's own keys does fewer exps but multiplies the compile time by K).
-  lower_raw, upper, upper_p = _bounds_from_selected(
-      jnp.broadcast_to(a_top[:, None], (R, K, k)), in_n, M, dl[:, None], r, clip=False,
-      printed=True, product=True)                            # each (R, K)
-  keep = keep_t[:, None] > ns[None, :]                       # (R, K) t > N (AMBIG-8)
+  lower_raw, upper, upper_p = _bounds_ragged(a_top * vis_top, sel_p, jnp.asarray(loo, dt),
+                                             segf, pm, M, dl, r, n_eff)  # each (R, K)
+  keep = (n_vis[:, None] > np.asarray(ns)[None, :]) & valid[:, None]  # (R, K) t > N (AMBIG-8)
   z = lambda v: jnp.sum(jnp.where(keep, v, 0), axis=0)       # (K,)
   return jnp.stack([z(frac), z(jnp.maximum(lower_raw, 0)), z(lower_raw), z(upper),
                     z(r), z(jnp.broadcast_to(dl[:, None], (R, K))), z(upper_p),
                     jnp.sum(keep, axis=0).astype(dt)], axis=-1)
+
+
+ROW_CHUNK = 32  # queries per step inside a causal block: (32, K, C) float64 distances stay
+# in the L2 cache (256 rows at once spilled it: 1.6x the time of the product and the minimum)
+
+
+def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0):
+  """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
+  C = lo + R keys they can see, x (C, d), dl (R,): :func:`_rows_sums` over chunks of
+  ``ROW_CHUNK`` rows (``lax.map``: one compiled body per block; the last chunk padded with
+  rows that count nowhere)."""
+  R, C = a.shape
+  rc = min(ROW_CHUNK, R)
+  nc = -(-R // rc)
+  pad = nc * rc - R
+  a = jnp.pad(a, ((0, pad), (0, 0)))
+  dl = jnp.pad(dl, (0, pad))
+  first = jnp.arange(nc, dtype=jnp.int32) * rc               # (nc,) each chunk's first row
+
+  def one(args):
+    ac, dc, c0 = args
+    valid = c0 + jnp.arange(rc) < R
+    return _rows_sums(ac, x, dc, M, lo + c0, valid, ns=ns, rule=rule, window=window)
+
+  return jnp.sum(jax.lax.map(one, (a.reshape(nc, rc, C), dl.reshape(nc, rc), first)), axis=0)
+
+
+def _bounds_ragged(w, sel, loo, seg, pm, M, delta, r, n_eff):
+  """Theorem 2's raw lower, derived upper and printed upper bounds (R, K) from the P selected
+  places (:func:`_ragged`): w (R, k) the sorted weights (0 for a masked key), sel (R, P) the
+  place holds a visible key, loo (k, P), seg (P, K) 0/1, pm (P,) static, delta (R,), r (R, K),
+  n_eff (R, K). Same formulas as :func:`limits.separability.rows._bounds_from_selected`."""
+  dtype = w.dtype
+  M = jnp.asarray(M, dtype)
+  delta = jnp.clip(jnp.asarray(delta, dtype), 0, 2 * M)[:, None]        # (R, 1)
+  s1 = w @ loo                                               # (R, P) Σ_{I_N \ {i}} α_j
+  s2 = (w * w) @ loo                                         # (R, P) Σ_{I_N \ {i}} α_j²
+  xi2 = (M * M - delta * delta / 2) * s1 * s1 + (delta * delta / 2) * s2
+  xis = jnp.where(sel, jnp.sqrt(jnp.maximum(xi2, 0)), 0)     # (R, P)
+  nf = jnp.maximum(n_eff, 1).astype(dtype)
+  xi_sum = xis @ seg                                         # (R, K)
+  safe_r = jnp.where(r > 0, r, 1)
+  lower = jnp.where(r > 0, 1 - xi_sum / (nf * safe_r), -jnp.inf)
+  lower = jnp.where(n_eff > 0, lower, 1)
+  r_p = jnp.take(r, pm, axis=-1)                             # (R, P)
+  gap = jnp.maximum(xis - r_p, 0)                            # (ξ_i − r)_+ ; 0 when r = +inf
+  terms = jnp.where(sel, jnp.exp(-gap * gap / (2 * M * M)), 0)
+  upper = jnp.where(n_eff > 0, (terms @ seg) / nf, 1)
+  # The printed form (1/N)·Σ exp[−(r − ξ_i)²/(16M²)] (no positive part); 1 where r = +inf.
+  finite = jnp.isfinite(r)
+  d = jnp.where(jnp.take(finite, pm, axis=-1), r_p - xis, 0)
+  pterms = jnp.where(sel, jnp.exp(-d * d / (16 * M * M)), 0)
+  upper_printed = jnp.where((n_eff > 0) & finite, (pterms @ seg) / nf, 1)
+  return lower, upper, upper_printed
 
 
 ROW_BLOCK = 256  # queries per causal block: 4 blocks at L = 1,024 (0.62·L² of the products;

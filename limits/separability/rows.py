@@ -263,6 +263,25 @@ class RowStats(NamedTuple):
   lower_raw: Any       # unclipped
   upper: Any
   upper_printed: Any   # the paper's printed form (16M², no positive part)
+  uncertain: Any = None  # method="gram": a decision within the rounding margin (gram_margin)
+
+
+def gram_margin(a, sel, x):
+  """(R,) the rounding margin of the Gram-identity squared distances of :func:`row_stats`.
+
+  |fl(d²) − d²| for every key of a row, by either form ("gram" or "direct") and for the
+  rounding of s = Σ_{I_N} α_j x_j itself, is at most γ_k·B² with B = max_j α_j |x_j| +
+  Σ_{j ∈ I_N} α_j |x_j| (≥ α_i |x_i| + |s|) and k = d + |I_N| + 4 (a length-d dot product,
+  an n-term sum and the three-term identity; γ_k = k·eps / (1 − k·eps), Higham's bound);
+  the margin 8·k·eps·B² covers both forms' errors on d_i² and on r² with a factor 2 to spare.
+  A decision d_i < r with |d_i² − r²| above it is the same in exact arithmetic and in
+  either form. a (R, L) weights (0 where not visible), sel (R, L), x (L, d).
+  """
+  dtype = a.dtype
+  ax = a * jnp.sqrt(jnp.sum(x * x, axis=-1))                       # (R, L) α_j |x_j|
+  B = jnp.max(ax, axis=-1) + jnp.sum(jnp.where(sel, ax, 0), axis=-1)
+  k = x.shape[-1] + jnp.sum(sel, axis=-1).astype(dtype) + 4
+  return 8 * k * jnp.finfo(dtype).eps * B * B
 
 
 def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "strict",
@@ -277,7 +296,9 @@ def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "stric
     method: "gram" uses ||a_i x_i - s||^2 = a_i^2 |x_i|^2 - 2 a_i <x_i, s> + |s|^2 (two matmuls,
       no (R, L, d) array; loses accuracy when a distance is below ~sqrt(eps) times
       max(a_i |x_i|, |s|), e.g. thousands of points in 2-3 dimensions in float32); "direct"
-      forms the (R, L, d) differences (exact up to rounding of each difference).
+      forms the (R, L, d) differences (exact up to rounding of each difference). With
+      "gram", ``uncertain`` (R,) flags the rows where a decision d_i < r lies within
+      :func:`gram_margin` (recompute those with "direct"); None with "direct".
   """
   sel = select_sorted(alpha, sorted_desc, visible, n)
   a = jnp.where(visible, alpha, 0)
@@ -307,4 +328,10 @@ def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "stric
   delta = jnp.broadcast_to(jnp.asarray(delta, alpha.dtype), r.shape)
   lower_raw, upper, upper_p = _bounds_from_selected(a, sel, M, delta, r, clip=False,
                                                     printed=True)
-  return RowStats(frac, n_s, n_eff, r, jnp.maximum(lower_raw, 0), lower_raw, upper, upper_p)
+  uncertain = None
+  if method == "gram":  # a selected key's d² within the rounding margin of r² (r finite)
+    tol = gram_margin(a, sel, x)[:, None]
+    near = jnp.where(jnp.isfinite(r)[:, None], jnp.abs(d2 - r[:, None] ** 2) <= tol, False)
+    uncertain = jnp.any(sel & near, axis=-1)
+  return RowStats(frac, n_s, n_eff, r, jnp.maximum(lower_raw, 0), lower_raw, upper, upper_p,
+                  uncertain)

@@ -57,6 +57,86 @@ def sphere_points(key, L: int, dim: int, M, dtype=None):
 
 
 STAT_NAMES = ("frac", "r", "delta", "lower", "lower_raw", "upper")
+DELTA_CANDIDATES = 8   # rows of the float32 Gram rechecked in float64 (_delta_checked)
+
+
+def _delta_checked(x, k: int = DELTA_CANDIDATES, block: int = 128):
+  """(delta, ok): the minimum pairwise distance of x (L, d) from a float32 Gram, certified.
+
+  The float32 Gram identity gives every row's squared distance to its nearest *earlier* point,
+  m_i = min_{j<i} d²_ij (the lower triangle in row blocks of ``block``: 56 % of a full Gram at
+  L = 1,024, each block's product small enough to stay in cache); the k rows with the smallest
+  m_i are recomputed in float64 against every point (the Gram identity of
+  :func:`~limits.separability.rows.min_pairwise_distance`, duplicates excluded the same way),
+  and their minimum is delta². A pair (i, j), j < i, whose row i is not among them has
+  exact d²_ij ≥ m_i − tol32 ≥ (the (k+1)-th smallest m) − tol32, with tol32 the float32
+  rounding bound 2·(d + 4)·eps32·(2·max|x|)² (the cast of x and a length-d dot product,
+  γ_{d+4}, with a factor 2 to spare). ``ok`` is True when that lower bound exceeds the
+  rechecked minimum by more than ``tol32``: delta then equals the full float64 search up to
+  the rounding of one dot product. When it is False (near ties, near duplicates, L ≤ k) the
+  caller recomputes delta the float64 way.
+  """
+  L, d = x.shape
+  f32 = jnp.float32
+  x32 = x.astype(f32)
+  sq32 = jnp.sum(x32 * x32, axis=-1)                                   # (L,)
+  mins = []
+  for lo in range(0, L, block):                                         # lower triangle
+    hi = min(lo + block, L)
+    d2 = sq32[lo:hi, None] + sq32[None, :hi] - 2 * (x32[lo:hi] @ x32[:hi].T)   # (b, hi)
+    earlier = jnp.arange(hi)[None, :] < jnp.arange(lo, hi)[:, None]
+    mins.append(jnp.min(jnp.where(earlier, d2, jnp.inf), axis=-1))
+  m = jnp.concatenate(mins)                                              # (L,); m_0 = +inf
+  kk = min(k + 1, L)
+  neg, rows = jax.lax.top_k(-m, kk)                                    # kk smallest minima
+  cand = rows[: kk - 1] if kk > 1 else rows
+  sq = jnp.sum(x * x, axis=-1)                                         # (L,) float64
+  d2c = jnp.maximum(sq[cand][:, None] + sq[None, :] - 2 * (x[cand] @ x.T), 0)
+  eps = jnp.finfo(x.dtype).eps
+  dup = d2c <= 16 * eps * (sq[cand][:, None] + sq[None, :])
+  self_ = cand[:, None] == jnp.arange(L)[None, :]
+  best = jnp.min(jnp.where(self_ | dup, jnp.inf, d2c))
+  tol32 = (2 * (d + 4) * jnp.finfo(f32).eps * 4 * jnp.max(sq)).astype(x.dtype)
+  nxt = -neg[-1].astype(x.dtype)
+  ok = (L > k) & jnp.isfinite(best) & (nxt - tol32 > best + tol32)
+  return jnp.sqrt(best), ok
+
+
+def _sample_core(key, index, alphas, rank, ns, dim: int, M, delta_fixed, *, with_bounds: bool,
+                 rule: str, checked: bool):
+  """:func:`sample_stats` and, with ``checked``, its fast form: (stats (S, H, K), flag).
+
+  ``checked`` (rule "strict", delta from the points): delta from :func:`_delta_checked` and
+  the counts by the Gram identity (``row_stats(method="gram")``); ``flag`` is True when either
+  could differ from the float64 reference path (delta not certified, or a row's decision
+  within ``rows.gram_margin``): the caller recomputes that sample with ``checked=False``.
+  Otherwise ``flag`` is False.
+  """
+  L = alphas.shape[-1]
+  x = sphere_points(jax.random.fold_in(key, index), L, dim, M, alphas.dtype)   # (L, dim)
+  flag = jnp.asarray(False)
+  if checked:
+    delta, ok = _delta_checked(x)
+    flag = ~ok
+  elif with_bounds and delta_fixed is None:
+    delta = min_pairwise_distance(x)
+  elif delta_fixed is None:
+    delta = jnp.asarray(jnp.nan, alphas.dtype)   # not computed (bounds off)
+  else:
+    delta = jnp.asarray(delta_fixed, alphas.dtype)
+  visible = jnp.ones(alphas.shape, bool)
+  dl = jnp.where(jnp.isfinite(delta), delta, 0)
+  method = "gram" if checked else "direct"
+
+  def per_n(n):
+    st = row_stats(alphas, rank, visible, x, n, M, dl, rule=rule, method=method)
+    unc = jnp.any(st.uncertain) if checked else jnp.asarray(False)
+    return jnp.stack([st.frac, st.r, jnp.broadcast_to(delta, st.r.shape), st.lower,
+                      st.lower_raw, st.upper]), unc          # (S, H), ()
+
+  # every n at once in the fast form (batched products); one n at a time in the reference
+  out, unc = jax.vmap(per_n)(ns) if checked else jax.lax.map(per_n, ns)   # (K, S, H), (K,)
+  return jnp.moveaxis(out, 0, -1), flag | jnp.any(unc)        # (S, H, K)
 
 
 def sample_stats(key, index, alphas, rank, ns, dim: int, M, delta_fixed=None, *,
@@ -67,35 +147,21 @@ def sample_stats(key, index, alphas, rank, ns, dim: int, M, delta_fixed=None, *,
   (:func:`sphere_points`), then for every weight row and every n: N_s/N, r, delta (the
   minimum pairwise distance, or ``delta_fixed``; NaN when ``with_bounds`` is False and no
   delta is fixed) and both Theorem 2 bounds with that sample's r and delta
-  (``separability_rows.row_stats``). alphas (H, L), rank = ``sort_desc(alphas)``, ns (K,).
-  Returns (S, H, K) with S = len(STAT_NAMES). :func:`monte_carlo_detail` and the
-  ``separability_sphere`` sweep kind both call it; reduce its outputs with
+  (``separability_rows.row_stats``, direct differences: the float64 reference). alphas
+  (H, L), rank = ``sort_desc(alphas)``, ns (K,). Returns (S, H, K) with S = len(STAT_NAMES).
+  :func:`monte_carlo_detail` (through its checked fast form, which falls back to this) and
+  the ``separability_sphere`` sweep kind both call it; reduce its outputs with
   :func:`sample_moments`, :func:`merge_moments` and :func:`mean_stderr`.
   """
-  L = alphas.shape[-1]
-  x = sphere_points(jax.random.fold_in(key, index), L, dim, M, alphas.dtype)   # (L, dim)
-  if with_bounds and delta_fixed is None:
-    delta = min_pairwise_distance(x)
-  elif delta_fixed is None:
-    delta = jnp.asarray(jnp.nan, alphas.dtype)   # not computed (bounds off)
-  else:
-    delta = jnp.asarray(delta_fixed, alphas.dtype)
-  visible = jnp.ones(alphas.shape, bool)
-  dl = jnp.where(jnp.isfinite(delta), delta, 0)
-
-  def per_n(n):
-    st = row_stats(alphas, rank, visible, x, n, M, dl, rule=rule, method="direct")
-    return jnp.stack([st.frac, st.r, jnp.broadcast_to(delta, st.r.shape), st.lower,
-                      st.lower_raw, st.upper])             # (S, H)
-
-  out = jax.lax.map(per_n, ns)                              # (K, S, H); one n at a time
-  return jnp.moveaxis(out, 0, -1)                           # (S, H, K)
+  return _sample_core(key, index, alphas, rank, ns, dim, M, delta_fixed,
+                      with_bounds=with_bounds, rule=rule, checked=False)[0]
 
 
-def _chunk_stats(key, indices, alphas, rank, ns, M, delta_fixed, *, dim, with_bounds, rule):
-  """(c, S, H, K) stats for the sample indices of one chunk (vmapped over samples)."""
-  one = lambda i: sample_stats(key, i, alphas, rank, ns, dim, M, delta_fixed,
-                               with_bounds=with_bounds, rule=rule)
+def _chunk_stats(key, indices, alphas, rank, ns, M, delta_fixed, *, dim, with_bounds, rule,
+                 checked=False):
+  """((c, S, H, K) stats, (c,) flags) for the sample indices of one chunk (vmapped)."""
+  one = lambda i: _sample_core(key, i, alphas, rank, ns, dim, M, delta_fixed,
+                               with_bounds=with_bounds, rule=rule, checked=checked)
   return jax.vmap(one)(indices)
 
 
@@ -138,7 +204,8 @@ def mean_stderr(m: Moments):
   return mean, stderr
 
 
-_chunk_stats_jit = jax.jit(_chunk_stats, static_argnames=("dim", "with_bounds", "rule"))
+_chunk_stats_jit = jax.jit(_chunk_stats,
+                           static_argnames=("dim", "with_bounds", "rule", "checked"))
 
 
 class MonteCarlo(NamedTuple):
@@ -159,9 +226,15 @@ class MonteCarlo(NamedTuple):
   samples: int
 
 
-def _default_chunk(L, dim, H, K, with_bounds, itemsize, budget=192 * 2**20):
-  per = itemsize * (3 * L * dim + (4 * L * L if with_bounds else 0) + 4 * H * L * dim
-                    + 12 * H * K * L)
+def _default_chunk(L, dim, H, K, with_bounds, itemsize, budget=192 * 2**20, checked=False):
+  if checked:  # float32 Gram in 128-row blocks, no (H, L, dim) differences, every n at once;
+    # a third of the budget: at the sphere step's settings (L = 1,024, d = 64, 12 rows, 8 n)
+    # chunks of 4-5 samples spent the least CPU, larger ones page-faulting on fresh buffers
+    per = itemsize * (3 * L * dim + 12 * H * K * L) + 4 * 4 * min(L, 128) * L
+    budget //= 3
+  else:
+    per = itemsize * (3 * L * dim + (4 * L * L if with_bounds else 0) + 4 * H * L * dim
+                      + 12 * H * K * L)
   return int(max(1, min(4096, budget // max(per, 1))))
 
 
@@ -188,6 +261,7 @@ class _Prepared(NamedTuple):
   single_row: bool
   scalar_n: bool
   samples: int
+  checked: bool          # the fast form with its float64 fallback (_sample_core)
 
 
 def _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds,
@@ -212,8 +286,9 @@ def _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds,
   rank = sort_desc(alphas)
   samples = int(samples)
   nd = int(devices) if devices else 1
+  checked = bool(with_bounds) and delta is None and rule == "strict"
   chunk = int(chunk) if chunk else _default_chunk(L, dim, H, K, with_bounds,
-                                                  alphas.dtype.itemsize)
+                                                  alphas.dtype.itemsize, checked=checked)
   check(chunk >= 1, f"chunk={chunk} must be >= 1")
   chunk = min(chunk, samples)
   chunk = -(-chunk // nd) * nd
@@ -224,7 +299,7 @@ def _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds,
   if shard is not None:
     args = jax.device_put(args, shard[1])
   return _Prepared(args, shard, chunk, int(dim), bool(with_bounds), rule, single_row, scalar_n,
-                   samples)
+                   samples, checked)
 
 
 def _moments_between(prep: _Prepared, start: int, stop: int,
@@ -236,9 +311,15 @@ def _moments_between(prep: _Prepared, start: int, stop: int,
     idx = np.arange(lo, lo + prep.chunk, dtype=np.int32)
     valid = idx < stop
     idx_dev = jnp.asarray(idx) if prep.shard is None else jax.device_put(idx, prep.shard[0])
-    out = _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r, dim=prep.dim,
-                           with_bounds=prep.with_bounds, rule=prep.rule)
-    out = np.asarray(out, dtype=np.float64)[valid]            # (c, S, H, K)
+    run = lambda checked: _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r,
+                                           dim=prep.dim, with_bounds=prep.with_bounds,
+                                           rule=prep.rule, checked=checked)
+    out, flag = run(prep.checked)
+    out = np.array(out, dtype=np.float64)                     # (c, S, H, K), writable
+    flag = np.asarray(flag) & valid
+    if flag.any():  # a sample the fast form cannot vouch for: the float64 reference path
+      out[flag] = np.asarray(run(False)[0], dtype=np.float64)[flag]
+    out = out[valid]
     mom = merge_moments(mom, sample_moments(out))
     if progress is not None:
       progress(int(valid.sum()))
@@ -283,6 +364,11 @@ def monte_carlo_detail(key, alpha, n, dim: int, M, samples: int, chunk: int | No
     rule: counting rule (AMBIG-10, :mod:`limits.separability.rows`). with_bounds: also
       compute delta and the per-sample Theorem 2 bounds (costs one (L, L) Gram per sample).
       delta: fix delta instead of the per-sample empirical minimum pairwise distance.
+      With bounds, rule "strict" and delta from the points, each chunk runs the fast form
+      (:func:`_delta_checked` and the Gram-identity counts with ``rows.gram_margin``) and a
+      sample it cannot vouch for is recomputed by the float64 reference
+      (:func:`sample_stats`): the counts are the reference's, r, delta and the bounds equal
+      it up to rounding (tests/test_sphere_checked.py).
     progress: optional callable receiving the number of samples finished after each chunk.
 
   Returns:

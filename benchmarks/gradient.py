@@ -10,11 +10,14 @@ alternating in one process (``benchmarks.common.alternate``; compiles excluded):
 
 - all rows: reference = the exact norm of every (row, T) by Newton in blocks of 4M elements
   (``sensitivity.softmax_norms``) and Lemma 2's bound on the host (``lemma2_all_rows``); ours =
-  ``gradient_screen.Screen.stats`` (float32 bracket, Newton on the open pairs only);
+  ``gradient_screen.Screen.stats`` (float32 bracket and secular test, Newton on the open pairs
+  only); its counts and max are asserted equal to the reference's decisions on every pair;
 - g(T, ε) on ``--fd_rows`` sampled rows per (layer, head): reference = ``sensitivity.fd_rows``
   with the masked ``normalizers.softmax`` (rows cut to their causal span, L2-sized chunks; the
   step at c5f0aa7); ours = the same with the softmax on −inf-masked logits and one reciprocal
-  per row (``gradient_rows._softmax_inf``). Agreement: max |Δg|·ε (‖Δα‖ units);
+  per row (``gradient_rows._softmax_inf``) on one (S, K, E + 1, L) block per chunk, the row
+  maxima taken before the division by T (``gradient_rows._g_plain``). Agreement: max |Δg|·ε
+  (‖Δα‖ units);
 - ``pass``: the screen over the whole grid of 26 temperatures: reference = one pass over the
   rows per batch of ``--t_batch`` temperatures (the step until the thirteenth session);
   ours = one pass for all 26 (``task.SCREEN_PAIR_BYTES``), the rows streamed from the records
@@ -134,9 +137,19 @@ def _part_rows(rows, rows64, mask, Ts, rtol, rates):
   a = common.alternate(ref, ours, FLAGS.pairs)
   floor_a = vis * Ts.size / rates["float32"]
   st = screen.stats(Ts)
+  norms, lem = ref()  # the decisions every Newton value gives: the screen must equal them
+  fin = np.isfinite(lem)
+  paper = np.minimum(1 / (4 * Ts), np.sqrt(2)) * (1 + rtol)
+  want = {"n_exceed_paper": (norms > paper).sum(0),
+          "n_exceed_tight": (norms > 1 / (2 * Ts) * (1 + rtol)).sum(0),
+          "n_exceed_lemma2": (fin & (norms > lem * (1 + rtol))).sum(0), "lemma2_finite": fin.sum(0)}
+  for k, v in want.items():
+    np.testing.assert_array_equal(st[k], v, err_msg=k)
+  np.testing.assert_allclose(st["max_norm"], norms.max(0), rtol=1e-14)
   print(common.line("all rows (decisions + max)", a)
         + f"; ours/floor {a['ours_median_s'] / floor_a:.1f}x (floor {floor_a:.2f} s); Newton on "
-        f"{int(st['newton'].sum())}/{R * Ts.size} pairs", flush=True)
+        f"{int(st['newton'].sum())}/{R * Ts.size} pairs; decisions and max equal to Newton's "
+        "on every pair", flush=True)
   return a, floor_a
 
 

@@ -180,12 +180,13 @@ def test_blocks_give_the_numbers_of_one_array(model, tmp_path, monkeypatch):
   tokens = sources.corpus_windows(model, length, 2)
   Ts = np.array([0.02, 0.3, 1.0, 5.0])
   with jax.enable_x64(True):
-    want = gradient_screen.Screen(rows, mask, np.float64, 1e-14, block_elems=4096).stats(Ts)
+    want = gradient_screen.Screen(rows, mask, np.float64, 1e-14, block_elems=512).stats(Ts)
     with gradient_blocks.RowBlocks.from_model(model, tokens, memory_bytes=0) as blk:
-      got = gradient_screen.Screen(blk, None, np.float64, 1e-14, block_elems=4096).stats(Ts)
+      got = gradient_screen.Screen(blk, None, np.float64, 1e-14, block_elems=512).stats(Ts)
       idx = np.array([0, 5, 700, rows.shape[0] - 1])
       big, ((r, m),) = blk.gather(idx)
-  assert want["newton"].sum() > 3 * (4096 // length) * 8  # more than one call per group
+  # more than one Newton call per group (the secular test leaves ~200 pairs open here)
+  assert want["newton"].sum() > 3 * (512 // length) * 8
   assert set(got) == set(want)
   for k in want:
     np.testing.assert_array_equal(got[k], want[k], err_msg=k)

@@ -103,8 +103,8 @@ def test_float32_bracket_with_margin_brackets_the_float64_eigenvalue():
     rng = np.random.default_rng(1)
     l, m = _adversarial_rows(rng)
     T = jnp.asarray(TS)
-    lo, hi, _ = gradient_screen._screen_chunk(jnp.asarray(l), jnp.asarray(m), T,
-                                              dtype=jnp.float64)
+    lo, hi, _, _ = gradient_screen._screen_chunk(jnp.asarray(l), jnp.asarray(m), T,
+                                                 dtype=jnp.float64)
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     d = gradient_screen.margin(l.shape[1])
     bare_misses = 0
@@ -116,6 +116,69 @@ def test_float32_bracket_with_margin_brackets_the_float64_eigenvalue():
       assert np.all(hi[:, k] * (1 + d) + 2.0 ** -100 >= lam - slack), t
       bare_misses += int(np.sum((lo[:, k] > lam + slack) | (hi[:, k] < lam - slack)))
     assert bare_misses > 0
+
+
+def _secular(a, b, q, theta, delta):
+  with jax.enable_x64(True):
+    below, above = gradient_screen.secular_decide(*(jnp.asarray(np.asarray(x, np.float64))
+                                                    for x in (a, b, q, theta)), delta)
+    return np.asarray(below), np.asarray(above)
+
+
+def test_secular_test_against_eigvalsh_on_both_sides_of_each_threshold():
+  """The secular test (screen.secular_decide) from the screen's own float32 α₁, α₂, q with its
+  margin δ: at thresholds θ = λ(1 ± r) around the float64 eigvalsh λ of every adversarial row
+  × 26 temperatures it never decides the wrong side (r down to 1e-12, inside η = 1e-9, where
+  it must decide nothing), and it decides more than half of the pairs at r = 1e-2 (both
+  sides together), where the bracket alone is up to 2× wide."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(5)
+    l, m = _adversarial_rows(rng)
+    _, _, abq, _ = gradient_screen._screen_chunk(jnp.asarray(l), jnp.asarray(m),
+                                                 jnp.asarray(TS), dtype=jnp.float64)
+    a, b, q = (np.asarray(x, np.float64) for x in abq)  # (R, K) each
+    d = gradient_screen.margin(l.shape[1])
+    decided = {1e-2: 0, 1e-12: 0}
+    n_pairs = 0
+    for k, t in enumerate(TS):
+      lam = _lambda_max(np.asarray(normalizers.softmax(jnp.asarray(l), t, jnp.asarray(m))))
+      live = lam > 1e-30  # one-hot rows (λ = 0 in float64) have no threshold around them
+      n_pairs += int(live.sum())
+      for r in (1e-2, 1e-4, 1e-6, 1e-9 * 2, 1e-12):
+        below, _ = _secular(a[:, k], b[:, k], q[:, k], lam * (1 + r), d)
+        _, above = _secular(a[:, k], b[:, k], q[:, k], lam * (1 - r), d)
+        _, wrong_above = _secular(a[:, k], b[:, k], q[:, k], lam * (1 + r), d)
+        wrong_below, _ = _secular(a[:, k], b[:, k], q[:, k], lam * (1 - r), d)
+        assert not (wrong_above & live).any(), (t, r)
+        assert not (wrong_below & live).any(), (t, r)
+        if r in decided:
+          decided[r] += int((below & live).sum() + (above & live).sum())
+    assert decided[1e-12] == 0  # inside η nothing is decided: those pairs go to Newton
+    assert decided[1e-2] > n_pairs  # more than half of the pairs, on both sides
+
+
+def test_secular_test_closed_forms_on_two_and_three_key_rows():
+  """Two visible keys (α₁ = p, α₂ = 1 − p, q = α₂²: λ = 2p(1 − p) exactly, both bounds of F
+  are F) and tied lower keys (α = (a, c, c, …): ψ = q/(λ − c) exactly): decided on the right
+  side 1e-6 from λ with exact inputs, undecided within η; a one-line slip in either bound of
+  F (q for α₂², the wrong interval end) decides a wrong side here."""
+  for p in (0.6, 0.75, 0.9, 0.99):
+    a, b = p, 1 - p
+    lam = 2 * p * (1 - p)
+    for sign, side in ((1, 0), (-1, 1)):  # θ above λ: below; θ under λ: above
+      got = _secular(a, b, b * b, lam * (1 + sign * 1e-6), 1e-15)
+      assert got[side] and not got[1 - side], (p, sign)
+    assert not any(_secular(a, b, b * b, lam * (1 + 1e-10), 1e-15))
+  # α = (0.5, 0.1 × 5): λ solves 0.25/(0.5 − λ) = 1 + 0.05/(λ − 0.1)
+  a, c, n = 0.5, 0.1, 5
+  w = np.r_[a, np.full(n, c)]
+  lam = _lambda_max(w[None])[0]
+  q = n * c * c
+  assert _secular(a, c, q, lam * (1 + 1e-6), 1e-15)[0]        # F's lower bound is exact here
+  assert not _secular(a, c, q, lam * (1 - 1e-6), 1e-15)[0]
+  # thresholds outside (α₂, α₁): decided by λ ≤ α₁ and λ ≥ α₂ alone
+  assert _secular(a, c, q, 0.6, 1e-15)[0] and _secular(a, c, q, 0.05, 1e-15)[1]
+  assert not any(_secular(np.nan, c, q, 0.3, 1e-15))        # NaN inputs decide nothing
 
 
 def _reference_stats(l, m, Ts, rtol):
@@ -171,6 +234,45 @@ def test_screen_decisions_equal_all_newton_on_adversarial_and_threshold_rows():
     assert got["newton"].sum() < l.shape[0] * Ts.size  # the bracket decided the rest
 
 
+def test_newton_from_rows_kept_by_the_bracket_pass_equals_a_second_pass(monkeypatch):
+  """The rows pass 1 keeps for Newton (screen.KEEP_BYTES) give the numbers of a second pass
+  over the blocks (KEEP_BYTES = 0), number for number, on rows streamed in 3 blocks with
+  two-key rows on both sides of 1/(4T) (so Newton has pairs in several blocks); one pass over
+  the blocks with the kept rows, two without; both equal to all-Newton's decisions."""
+  from limits.gradient.blocks import RowBlocks
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(6)
+    l, m = _adversarial_rows(rng)
+    extra = []
+    for sign in (1, -1):
+      lam = 0.25 * (1 + sign * 1e-7)
+      p = (1 + np.sqrt(1 - 2 * lam)) / 2
+      extra.append(np.r_[np.log(p), np.log(1 - p), np.zeros(l.shape[1] - 2)])
+    l = np.vstack([extra[0], l[:60], extra[1], l[60:], extra])
+    m = np.vstack([m[-4:-3], m[:60], m[-4:-3], m[60:], m[-4:-3], m[-4:-3]])
+    m[[0, 61, -2, -1]] = np.arange(l.shape[1]) < 2
+    cuts = [0, 50, 110, l.shape[0]]
+    passes = []
+
+    def blocks():
+      passes.append(1)
+      return iter([(a, l[a:b], m[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
+
+    src = RowBlocks(l.shape[0], l.shape[1], l.dtype, blocks)
+    rtol = 100 * np.finfo(np.float64).eps
+    Ts = np.r_[TS, 1.0]
+    kept = gradient_screen.Screen(src, None, np.float64, rtol).stats(Ts)
+    assert len(passes) == 1
+    monkeypatch.setattr(gradient_screen, "KEEP_BYTES", 0)
+    again = gradient_screen.Screen(src, None, np.float64, rtol).stats(Ts)
+    assert len(passes) == 3
+    for key in kept:
+      np.testing.assert_array_equal(kept[key], again[key], err_msg=key)
+    assert kept["newton"].sum() >= 4  # Newton ran, on rows of more than one block
+    _assert_same_decisions(kept, _reference_stats(l, m, Ts, rtol), l.shape[0])
+
+
 @pytest.mark.slow  # ~25 s idle (93 s at load 20): the reference is Newton on every pair
 def test_screen_decisions_equal_all_float64_on_the_embedded_model():
   """Every (layer, head, query) row of the embedded model at L = 64, 26 temperatures: the
@@ -224,6 +326,31 @@ def test_fd_rows_cut_to_span_equal_full_length():
                                            jnp.asarray(m), jnp.asarray(Ts), jnp.asarray(eps),
                                            jax.random.split(key, 6)))
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14 / eps.min())
+
+
+def test_span_groups_round_the_span_up_to_the_step_or_a_power_of_two():
+  """span_groups: last visible key + 1 rounded up to a multiple of ``step`` (at least
+  min_width, at most L), or to a power of two; both sides of each boundary (a span equal to a
+  multiple stays, one key more moves up), a fully masked row counts as span 1."""
+  L = 700
+  last = np.array([0, 127, 128, 255, 256, 257, 511, 512, 513, 699])  # last visible key
+  m = np.arange(L)[None] <= last[:, None]
+  m = np.vstack([m, np.zeros((1, L), bool)])  # and an empty row
+  span = np.r_[last + 1, 1]
+
+  def widths(groups):
+    w = np.zeros(m.shape[0], int)
+    for rows, width in groups:
+      w[rows] = width
+    return w
+
+  want_step = np.minimum(L, np.maximum(128, -(-span // 256) * 256))
+  np.testing.assert_array_equal(widths(sensitivity.span_groups(m, step=256)), want_step)
+  np.testing.assert_array_equal(want_step[:10], [256, 256, 256, 256, 512, 512, 512, 700, 700,
+                                                 700])  # spans 256 | 257 and 512 | 513
+  want_pow2 = np.minimum(L, np.maximum(128, 2 ** np.ceil(np.log2(span)).astype(int)))
+  np.testing.assert_array_equal(widths(sensitivity.span_groups(m)), want_pow2)
+  assert sorted(w for _, w in sensitivity.span_groups(m, step=256)) == [256, 512, 700]
 
 
 def test_counterexample_closed_form_and_its_numeric_check():

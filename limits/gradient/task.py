@@ -13,8 +13,9 @@ labels name the options of docs/ambiguities.md) and :func:`run` measures:
 - Corollary 3 in the paper's form min{1/(4T), √2} and the tight bound 1/(2T), counting every
   row whose exact norm exceeds either (softmax only: the bounds are about softmax), Lemma 2's
   bound on every row, and the largest T‖J‖ over every row: decided for every (row, T) by
-  ``gradient_screen.Screen`` (a proved one-pass bracket of the norm, Newton's exact norm only
-  where the bracket cannot decide; the same decisions as the exact norm of every pair), and the
+  ``gradient_screen.Screen`` (a proved one-pass bracket of the norm and the secular test,
+  Newton's exact norm only where neither decides; the same decisions as the exact norm of
+  every pair), and the
   tied-top-two counterexample row (α = (½, ½, 0, …), ‖J‖₂ = 1/(2T) exactly: the closed form,
   with a numeric check on a short row).
 
@@ -51,7 +52,8 @@ EXPERIMENT = "gradient"
 UNIT = "t_batch"  # the resumable unit (limits.runs.resume): one batch of temperatures
 DEFAULT_EPSILONS = "1e-3,1e-1,10"
 SCREEN_PAIR_BYTES = 1 << 30  # the screen's per-(row, T) memory for one pass over the rows
-SCREEN_BYTES_PER_PAIR = 16  # its widened bracket λ₀/T, λ¹/T in float64 (screen.Screen)
+SCREEN_BYTES_PER_PAIR = 28  # its widened bracket λ₀/T, λ¹/T in float64 and the secular test's
+#   float32 α₁, α₂, q (screen.Screen)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,14 +107,11 @@ def test_bad_values_exit_nonzero_with_one_line(tmp_path, args, needle):
 @pytest.fixture(scope="module")
 def tiny3(tmp_path_factory):
   """A random 3-layer GPT-2 (64 positions) and a text file."""
-  from limits.models.gpt2.testing import SAMPLE_TEXT, make_random_model_dir
+  from tests.cli_helpers import make_model_and_texts
 
-  root = tmp_path_factory.mktemp("emit")
-  model = make_random_model_dir(root / "model", n_layer=3, n_head=2, n_embd=32,
-                                n_positions=64)
-  text = root / "text.txt"
-  text.write_text(SAMPLE_TEXT * 3)
-  return model, text
+  root = make_model_and_texts(tmp_path_factory.mktemp("emit"), repeat=3, n_layer=3, n_head=2,
+                              n_embd=32, n_positions=64)
+  return root / "model", root / "text.txt"
 
 
 @pytest.mark.parametrize("emit_seconds,stop_after,layers_written", [

@@ -11,9 +11,9 @@ field it returns (a corrupt file): any mismatch raises :class:`Corrupt`, never a
 
 The checksum is XXH3-64 (``xxhash``; 13 GB/s on one core here, against 4.9 GB/s for zlib's
 CRC-32, which was most of a records read) when the package is installed, else CRC-32; the
-manifest names the one used per field (``"xxh3_64"`` or ``"crc32"``). Either detects any
-change of a single bit, byte or 32-bit word; a 64-bit hash misses a random corruption with
-probability 2^-64. An entry written with XXH3 and read where ``xxhash`` is missing cannot be
+manifest names the one used per field (``"xxh3_64"`` or ``"crc32"``). CRC-32 detects every
+burst of up to 32 bits; XXH3-64 is a 64-bit hash with no such guarantee, which lets a given
+corruption through with probability about 2^-64 (against 2^-32 for a CRC-32 beyond its bursts). An entry written with XXH3 and read where ``xxhash`` is missing cannot be
 verified: :class:`Corrupt` (recomputed), never read unchecked.
 """
 

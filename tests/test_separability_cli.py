@@ -164,3 +164,64 @@ def test_model_source_writes_the_first_window_throttled(tiny3, tmp_path, monkeyp
   finally:
     res_lib.release_dir(out)
   assert written == layers_written
+
+
+def test_model_source_dispatches_the_next_layer_before_fetching_one(tiny3, tmp_path,
+                                                                    monkeypatch):
+  """Layer l + 1's kernel is dispatched before layer l's sums are fetched (two kernels in
+  flight: both cores), every layer's sums are fetched once, in order, and the result equals
+  the layer-at-a-time sums (the same kernel on the same records)."""
+  import jax
+
+  from limits.runs import results as res_lib
+  from limits.separability import model as separability_model
+  from limits.separability import task as separability_task
+
+  model, text = tiny3
+  config = separability_task.SeparabilityConfig(
+      source="model", model=str(model), text=str(text), length=24, windows=2,
+      n_values="1,2", plot=False)
+  events = []
+  original = separability_model.layer_sums
+
+  class Fetched:  # the device sums; np.asarray(...) is the fetch
+    def __init__(self, value, i):
+      self.value, self.i = value, i
+
+    def __array__(self, dtype=None, copy=None):
+      events.append(("fetch", self.i))
+      return np.asarray(self.value, dtype)
+
+  def layer_sums(*args, **kwargs):
+    i = sum(e[0] == "dispatch" for e in events)
+    events.append(("dispatch", i))
+    return Fetched(original(*args, **kwargs), i)
+
+  monkeypatch.setattr(separability_model, "layer_sums", layer_sums)
+  out = res_lib.prepare_out_dir(tmp_path / "out", separability_task.EXPERIMENT, identity={},
+                                overwrite=False)
+  try:
+    with jax.enable_x64(True):
+      separability_task.run(config, out, separability_task.grid(config))
+  finally:
+    res_lib.release_dir(out)
+  # per window (3 layers, calls 3w .. 3w + 2): dispatch 0, dispatch 1, fetch 0, dispatch 2,
+  # fetch 1, fetch 2
+  expect = []
+  for w in range(2):
+    b = 3 * w
+    expect += [("dispatch", b), ("dispatch", b + 1), ("fetch", b), ("dispatch", b + 2),
+               ("fetch", b + 1), ("fetch", b + 2)]
+  assert events == expect
+  pipelined = read_csv(out / "per_head.csv")
+  events.clear()
+  monkeypatch.setattr(separability_model, "layer_sums",  # fetched at once: no overlap
+                      lambda *a, **k: np.asarray(original(*a, **k)))
+  out2 = res_lib.prepare_out_dir(tmp_path / "out2", separability_task.EXPERIMENT, identity={},
+                                 overwrite=False)
+  try:
+    with jax.enable_x64(True):
+      separability_task.run(config, out2, separability_task.grid(config))
+  finally:
+    res_lib.release_dir(out2)
+  assert pipelined == read_csv(out2 / "per_head.csv")

@@ -271,7 +271,7 @@ def run(config: DistanceConfig):
 
   def evaluator_on(store):  # one forward per window for every N and probe (limits.records)
     return distance_model.ModelEvaluator(
-        model.params, model.config, vectors=config.vectors, inclusion=config.inclusion,
+        lambda: model.params, model.config, vectors=config.vectors, inclusion=config.inclusion,
         dtype=dtype, ks_dtype=ks_dtype,
         layer_source=lambda tok: records.iter_layers(model, tok, fields=fields, store=store))
 

@@ -2,7 +2,7 @@ r"""One layer of Theorem 1's fast path against the same module at an earlier com
 
   python -m benchmarks.distance_ab --ref=3bd29db [--model=smollm2] [--length=1024] [--pairs=3]
 
-Loads ``limits/distance/kernels.py`` as it was at ``--ref`` (``git show``; it must import only
+Loads ``limits/distance/kernels.py`` (and its ``farthest.py``) as they were at ``--ref`` (``git show``; it must import only
 modules that still exist) beside the current one, takes one layer's weights and value vectors
 from the model (random tokens: only the time matters), checks that both give the same
 HeadStats (1e-12 relative, float64), then times ``layer_stats`` for each case, reference and
@@ -38,7 +38,12 @@ FLAGS = flags.FLAGS
 
 
 def _load_ref(rev: str):
-  return common.module_at(rev, "limits/distance/kernels.py", "distance_fast_ref")
+  """kernels.py at ``rev``, with the d_1 helpers (limits/distance/farthest.py) of the same
+  revision where it has them (else the reference would time today's prefix maxima)."""
+  ref = common.module_at(rev, "limits/distance/kernels.py", "distance_fast_ref")
+  if hasattr(ref, "farthest"):
+    ref.farthest = common.module_at(rev, "limits/distance/farthest.py", "distance_farthest_ref")
+  return ref
 
 
 def main(argv):

@@ -1,7 +1,8 @@
 r"""The sphere Monte Carlo's chunk kernel: the float64 reference (direct differences, a float64
 Gram for delta) against the fast form (a certified float32 Gram for delta, Gram-identity counts
 with a rounding margin; ``limits.separability.sphere``), alternating in one process on the
-same samples: median time ratio with its spread, and whether any sample fell back.
+same samples: median time ratio with its spread, and whether any sample fell back (one chunk at
+a time: the Monte Carlo also keeps up to ``sphere.CHUNKS_IN_FLIGHT`` chunks in flight).
 
 Defaults are the reproduction's ``separability_sphere`` step (L = 1,024, d = 64, 12 softmax
 rows, n = 1 … 128, float64); ``--chunk`` samples per call (the step's default chunk for the
@@ -41,6 +42,8 @@ def main(argv=None) -> None:
   rank = sort_desc(alphas)
   ns = jnp.asarray([int(v) for v in a.n_values.split(",")], jnp.int32)
   M = jnp.float64(1.0)
+  k = int(max(int(v) for v in a.n_values.split(",")))
+  top = sphere._top_rows_jit(alphas, rank, ns, k)    # once per run, as the Monte Carlo does
   flags = []
 
   def run(checked):
@@ -48,7 +51,9 @@ def main(argv=None) -> None:
       for c in range(a.calls):
         idx = jnp.arange(c * a.chunk, (c + 1) * a.chunk, dtype=jnp.int32)
         out, flag = sphere._chunk_stats_jit(key, idx, alphas, rank, ns, M, None, dim=a.dim,
-                                            with_bounds=True, rule="strict", checked=checked)
+                                            with_bounds=True, rule="strict", checked=checked,
+                                            k=k if checked else None,
+                                            top=top if checked else None)
         jax.block_until_ready(out)
         if checked:
           flags.append(int(np.asarray(flag).sum()))

@@ -48,6 +48,39 @@ def test_layer_stats_equals_row_path_with_ties(shared_x, blocks):
     _assert_same(ref, new, rtol=1e-12)
 
 
+@pytest.mark.parametrize("direct_k, L", [(0, 33), (10**6, 34)])
+def test_d1_direct_and_prefix_paths_equal_the_row_path(monkeypatch, direct_k, L):
+  """Both sides of kernels.D1_DIRECT_K (d_1 from the selected keys' distance rows,
+  farthest.d1_sq_top, or from the per-key prefix maxima): every HeadStats field equals the
+  per-row reference (head_stats: d_1 from its own gather) to 1e-12 relative (float64; d_1 is
+  a maximum of the same Gram-identity entries, the sums differ in order), with ties at the
+  N-th place and a uniform row. The path taken is counted while tracing (two lengths: two
+  traces, so the patched threshold is read)."""
+  from limits.distance import farthest
+  from limits.distance import kernels as df
+
+  calls = {"top": 0, "prefix": 0}
+  top, prefix = farthest.d1_sq_top, farthest.prefix_maxima
+  monkeypatch.setattr(farthest, "d1_sq_top",
+                      lambda *a, **k: calls.__setitem__("top", calls["top"] + 1) or top(*a, **k))
+  monkeypatch.setattr(farthest, "prefix_maxima", lambda *a, **k: calls.__setitem__(
+      "prefix", calls["prefix"] + 1) or prefix(*a, **k))
+  monkeypatch.setattr(df, "D1_DIRECT_K", direct_k)
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(3)
+    B, H, d = 1, 3, 5
+    w = _causal_weights(rng, B, H, L)
+    w[0, 0, 20, 3:8] = w[0, 0, 20, 2]      # a tie straddling N = 3 and N = 5
+    w[0, 1, 10, :11] = 1.0 / 11             # a uniform row: every N is a tie
+    x = rng.normal(size=(B, H, L, d))
+    ns = [1, 3]
+    ref = distance.head_stats(jnp.asarray(w), jnp.asarray(x), jnp.array(ns), n_cap=3)
+    new = distance.layer_stats(w, x, ns, blocks=2)
+  _assert_same(ref, new, rtol=1e-12)
+  assert np.asarray(new.dmax_sum).min() > 0  # the bound was computed
+  assert (calls["top"] > 0) == (direct_k > 0) and (calls["prefix"] > 0) == (direct_k == 0)
+
+
 def test_thresholds_follow_top_k_rule():
   rng = np.random.default_rng(1)
   L = 12

@@ -194,3 +194,32 @@ def test_padded_selection_order_selects_the_same_keys():
           jnp.arange(hi - lo)[:, None], jnp.minimum(s[g], hi - 1)].set(
               jnp.arange(s.shape[-1], dtype=jnp.int32)[None, :]))
       assert (clamped[:, hi - 1] >= 5).any()  # a clamped pad would give key hi - 1 a rank
+
+
+def test_evaluator_loads_lazy_params_only_when_it_runs_the_forward():
+  """``ModelEvaluator(params=callable)``: with a ``layer_source`` (records on disk) the weights
+  are never loaded; without one the callable runs once, and the statistics equal those of the
+  evaluator given the pytree itself (same forward)."""
+  params = gpt2.init_params(jax.random.key(3), CONFIG)
+  tok = np.random.default_rng(4).integers(0, CONFIG.vocab_size, (1, 24)).astype(np.int32)
+  calls = []
+
+  def load():
+    calls.append(1)
+    return params
+
+  from limits import models
+
+  records = list(models.iter_layers(params, tok, CONFIG))
+  from_records = distance_model.ModelEvaluator(load, CONFIG,
+                                               layer_source=lambda t: iter(records))
+  st = from_records.head_stats(tok, [2, 5], bound=False)
+  assert calls == []
+  lazy = distance_model.ModelEvaluator(load, CONFIG)
+  a = lazy.head_stats(tok, [2, 5], bound=False)
+  lazy.head_stats(tok, [2, 5], bound=False)
+  assert calls == [1]
+  b = distance_model.ModelEvaluator(params, CONFIG).head_stats(tok, [2, 5], bound=False)
+  for x, y, z in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(st)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(z))

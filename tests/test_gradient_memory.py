@@ -9,6 +9,7 @@ model, and check that the blocks give the same numbers, bit for bit, as one (R, 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
@@ -92,7 +93,7 @@ def test_model_run_reads_blocks_not_the_matrix(model, tmp_path, monkeypatch):
   assert result.results["n_rows"] == R and result.summaries[0]["all_rows"] == R
   n_blocks = windows * model.config.n_layer
   assert {shape for _, shape in seen} == {(H * length, length)}
-  assert len(seen) >= 2 * n_blocks  # the gather pass, then the screen's bracket pass
+  assert len(seen) >= n_blocks  # the screen's pass, which also gathers the exact and sampled rows
   assert sorted({s for s, _ in seen}) == list(range(0, R, H * length))
   assert 0 < max(puts) < R * length <= np.zeros((R, length), bool).nbytes
 
@@ -193,3 +194,43 @@ def test_blocks_give_the_numbers_of_one_array(model, tmp_path, monkeypatch):
   np.testing.assert_array_equal(r, rows[idx])
   np.testing.assert_array_equal(m, mask[idx])
   assert big == np.abs(np.where(mask, rows, 0)).max()
+
+
+def test_rows_are_read_once_and_give_the_numbers_of_two_passes(model, tmp_path, monkeypatch):
+  """The exact and sampled rows are gathered inside the screen's first pass: a model run with
+  its rows streamed (not kept) reads the records once when the secular test and the kept rows
+  leave Newton no second pass, and its results equal, number for number, those of the old
+  order (a gather pass of its own, then the screen's), which ``_float32_rows_fit`` returning
+  False restores. The other side: that path reads them twice."""
+  monkeypatch.setenv("LIMITS_RECORDS_DIR", str(tmp_path / "records"))
+  monkeypatch.setattr(gradient_blocks, "MEMORY_BYTES", 0)  # streamed: every pass reads again
+  passes = []
+  real = gradient_blocks.RowBlocks.blocks
+  monkeypatch.setattr(gradient_blocks.RowBlocks, "blocks",
+                      lambda self: passes.append(1) or real(self))
+  config = dataclasses.replace(_config(64, 2, temperatures="0.05,0.5,2,20"), rows=8,
+                               fd_rows=4, t_batch=2)
+  with jax.enable_x64(True):
+    one = _run(config).results
+    n_one = len(passes)
+    passes.clear()
+    monkeypatch.setattr(gradient, "_float32_rows_fit", lambda *a: False)
+    two = _run(config).results
+  assert (n_one, len(passes)) == (1, 2)
+  for r in (one, two):
+    r.pop("seconds")
+  assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+
+
+def test_gatherer_refuses_a_pass_out_of_order_or_cut_short():
+  rows = np.arange(12.0).reshape(4, 3)
+  blk = gradient_blocks.RowBlocks.from_arrays(rows, np.ones(rows.shape, bool))
+  g = blk.gatherer(np.array([1, 3]))
+  g.add(0, rows[:2], np.ones((2, 3), bool))
+  with pytest.raises(ValueError, match="cut short"):
+    g.result()
+  with pytest.raises(ValueError, match="out of order"):
+    g.add(3, rows[3:], np.ones((1, 3), bool))
+  g.add(2, rows[2:], np.ones((2, 3), bool))
+  big, ((r, m),) = g.result()
+  assert big == 11.0 and np.array_equal(r, rows[[1, 3]]) and m.all()

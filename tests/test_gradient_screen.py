@@ -524,9 +524,9 @@ def test_one_screen_pass_for_all_batches_equals_one_per_batch(monkeypatch):
   calls = []
   real = gradient_screen.Screen.stats
 
-  def stats(self, temperatures):
+  def stats(self, temperatures, tap=None):
     calls.append(len(temperatures))
-    return real(self, temperatures)
+    return real(self, temperatures, tap)
 
   monkeypatch.setattr(gradient_screen.Screen, "stats", stats)
   config = task.GradientConfig(temperatures="0.01,0.3,1,4,30", t_batch=2, rows=48, length=40,

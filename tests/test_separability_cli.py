@@ -114,6 +114,15 @@ def tiny3(tmp_path_factory):
   return root / "model", root / "text.txt"
 
 
+def _tiny3_config(tiny3, windows: int):
+  from limits.separability import task as separability_task
+
+  model, text = tiny3
+  return separability_task.SeparabilityConfig(
+      source="model", model=str(model), text=str(text), length=24, windows=windows,
+      n_values="1,2", plot=False)
+
+
 @pytest.mark.parametrize("emit_seconds,stop_after,layers_written", [
     (1e9, None, [[0], [0, 1, 2]]),          # first layer, then the window's end
     (0.0, None, [[0], [0, 1], [0, 1, 2]]),  # every layer of the first window
@@ -131,10 +140,7 @@ def test_model_source_writes_the_first_window_throttled(tiny3, tmp_path, monkeyp
   from limits.runs import results as res_lib
   from limits.separability import task as separability_task
 
-  model, text = tiny3
-  config = separability_task.SeparabilityConfig(
-      source="model", model=str(model), text=str(text), length=24, windows=1,
-      n_values="1,2", plot=False)
+  config = _tiny3_config(tiny3, windows=1)
   written = []
   original = separability_task._write
 
@@ -164,3 +170,56 @@ def test_model_source_writes_the_first_window_throttled(tiny3, tmp_path, monkeyp
   finally:
     res_lib.release_dir(out)
   assert written == layers_written
+
+
+def test_model_source_dispatches_the_next_layer_before_fetching_one(tiny3, tmp_path,
+                                                                    monkeypatch):
+  """Layer l + 1's kernel is dispatched before layer l's sums are fetched (two kernels in
+  flight: both cores), every layer's sums are fetched once, in order, and the result equals
+  the layer-at-a-time sums (the same kernel on the same records)."""
+  import jax
+
+  from limits.runs import results as res_lib
+  from limits.separability import model as separability_model
+  from limits.separability import task as separability_task
+
+  config = _tiny3_config(tiny3, windows=2)
+  events = []
+  original = separability_model.layer_sums
+
+  class Fetched:  # the device sums; np.asarray(...) is the fetch
+    def __init__(self, value, i):
+      self.value, self.i = value, i
+
+    def __array__(self, dtype=None, copy=None):
+      events.append(("fetch", self.i))
+      return np.asarray(self.value, dtype)
+
+  def layer_sums(*args, **kwargs):
+    i = sum(e[0] == "dispatch" for e in events)
+    events.append(("dispatch", i))
+    return Fetched(original(*args, **kwargs), i)
+
+  def run(name):  # per_head.csv of one run
+    out = res_lib.prepare_out_dir(tmp_path / name, separability_task.EXPERIMENT, identity={},
+                                  overwrite=False)
+    try:
+      with jax.enable_x64(True):
+        separability_task.run(config, out, separability_task.grid(config))
+    finally:
+      res_lib.release_dir(out)
+    return read_csv(out / "per_head.csv")
+
+  monkeypatch.setattr(separability_model, "layer_sums", layer_sums)
+  pipelined = run("out")
+  # per window (3 layers, calls 3w .. 3w + 2): dispatch 0, dispatch 1, fetch 0, dispatch 2,
+  # fetch 1, fetch 2
+  expect = []
+  for w in range(2):
+    b = 3 * w
+    expect += [("dispatch", b), ("dispatch", b + 1), ("fetch", b), ("dispatch", b + 2),
+               ("fetch", b + 1), ("fetch", b + 2)]
+  assert events == expect
+  monkeypatch.setattr(separability_model, "layer_sums",  # fetched at once: no overlap
+                      lambda *a, **k: np.asarray(original(*a, **k)))
+  assert pipelined == run("out2")

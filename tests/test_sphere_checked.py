@@ -27,7 +27,7 @@ def _setup(L, H, seed=0):
   return key, alphas, sort_desc(alphas)
 
 
-def _both(L, dim, H, ns, samples, seed=0):
+def _both(L, dim, H, ns, samples, seed=0, k=None):
   key, alphas, rank = _setup(L, H, seed)
   ns = jnp.asarray(ns, jnp.int32)
   idx = jnp.arange(samples, dtype=jnp.int32)
@@ -35,13 +35,14 @@ def _both(L, dim, H, ns, samples, seed=0):
   ref = sphere._chunk_stats_jit(key, idx, alphas, rank, ns, M, None, dim=dim, with_bounds=True,
                                 rule="strict", checked=False)[0]
   fast, flag = sphere._chunk_stats_jit(key, idx, alphas, rank, ns, M, None, dim=dim,
-                                       with_bounds=True, rule="strict", checked=True)
+                                       with_bounds=True, rule="strict", checked=True, k=k)
   return np.asarray(ref), np.asarray(fast), np.asarray(flag), (key, alphas, ns)
 
 
-def test_fast_form_counts_equal_the_float64_reference_in_64_dimensions():
+@pytest.mark.parametrize("k", [None, 64])   # the top keys: all L, or max(n) as the run uses
+def test_fast_form_counts_equal_the_float64_reference_in_64_dimensions(k):
   with jax.enable_x64(True):
-    ref, fast, flag, _ = _both(L=256, dim=64, H=4, ns=[1, 4, 16, 64], samples=24)
+    ref, fast, flag, _ = _both(L=256, dim=64, H=4, ns=[1, 4, 16, 64], samples=24, k=k)
   assert not flag.any()  # no near tie at d = 64: every sample certified
   np.testing.assert_array_equal(fast[:, 0], ref[:, 0])            # N_s/N: identical
   np.testing.assert_array_equal(fast[:, 2], ref[:, 2])            # delta: same rows, same sums
@@ -140,3 +141,50 @@ def test_gram_margin_flags_a_decision_inside_it_and_not_outside(r2_over_margin, 
   assert direct.uncertain is None
   if not uncertain:
     assert int(st.n_s[0]) == int(direct.n_s[0]) == 1
+
+
+def _tie_points(gap):
+  """x (3, 3) on the unit sphere and one weight row (0.5, 0.3, 0.2): with N = 2 the selected
+  key 1 lies at distance 0.5 from s = 0.5 e1 + 0.3 e2, and the non-selected key 2 at
+  r = sqrt(0.25 + gap) (so key 1 is inside iff gap > 0)."""
+  s = np.array([0.5, 0.3, 0.0])
+  c = (0.04 + s @ s - (0.25 + gap)) / (2 * 0.2)       # <x_2, s> for |0.2 x_2 - s|² = 0.25 + gap
+  c /= np.linalg.norm(s)
+  x2 = c * s / np.linalg.norm(s) + np.sqrt(1 - c * c) * np.array([0.0, 0.0, 1.0])
+  return np.stack([np.eye(3)[0], np.eye(3)[1], x2]), np.array([[0.5, 0.3, 0.2]])
+
+
+@pytest.mark.parametrize("gap, inside, uncertain", [
+    (1e-9, True, False), (-1e-9, False, False),       # outside the margin: decided, exact
+    (0.0, None, True), (1e-15, None, True), (-1e-15, None, True)])   # inside: sent back
+def test_fast_counts_flag_a_decision_within_the_rounding_margin(gap, inside, uncertain):
+  # the margin here is 8·(d + N + 4)·eps·B² ≈ 1.6e-14 (B ≈ 1): a selected key whose d² is
+  # within it of r² is flagged (the caller recomputes the sample in float64); one 1e-9 away is
+  # decided by the fast form as in exact arithmetic and as the float64 reference decides it.
+  x, a = _tie_points(gap)
+  with jax.enable_x64(True):
+    x, a = jnp.asarray(x), jnp.asarray(a)
+    rank = sort_desc(a)
+    ns = jnp.asarray([2], jnp.int32)
+    top = sphere._top_rows(a, rank, ns, 2)
+    out, unc = sphere._stats_fast(x, jnp.float64(1.0), a, top, ns, 1.0)
+    ref = sr.row_stats(a, rank, jnp.ones(a.shape, bool), x, 2, 1.0, 1.0, method="direct")
+  assert bool(unc) is uncertain
+  np.testing.assert_allclose(float(out[1, 0, 0]), np.sqrt(0.25 + gap), rtol=1e-12)   # r
+  if inside is not None:
+    assert float(out[0, 0, 0]) == (1.0 if inside else 0.5)      # N_s/N: key 0 always inside
+    assert float(out[0, 0, 0]) == float(ref.frac[0])
+
+
+def test_chunks_in_flight_do_not_change_the_monte_carlo(monkeypatch):
+  # chunks computed by worker threads are merged in sample order: the same moments bit for
+  # bit as one chunk at a time; the workers keep the caller's x64 (a thread-local setting).
+  runs = []
+  for flight in (1, 3):
+    monkeypatch.setattr(sphere, "CHUNKS_IN_FLIGHT", flight)
+    with jax.enable_x64(True):
+      key, alphas, _ = _setup(128, 2)
+      mc = sphere.monte_carlo_detail(key, alphas, [1, 4, 16], 8, 1.0, samples=22, chunk=4)
+    runs.append(mc)
+  for a, b in zip(runs[0], runs[1]):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

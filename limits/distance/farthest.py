@@ -7,6 +7,8 @@ block (the per-layer kernel is :mod:`limits.distance.kernels`).
   can see, and the first key attaining it (one scan);
 - :func:`d1_sq_prefix`: d_1² from those prefix maxima, exact, with a gather of the selected
   keys' distance rows only for rows whose farthest pair lies inside I_N (the device path);
+- :func:`d1_sq_top`: d_1² from the distance rows of each row's selected keys in selection
+  order, directly (the device path for small N);
 - :func:`d1_sq_gather`: d_1² by that gather for every row (the path of the host-sorted rows,
   and the reference of tests/test_distance_fast.py).
 """
@@ -41,6 +43,20 @@ def _gather_one(srow, rrow, dist2, cap: int):
   ok = jnp.arange(cap) < jnp.sum(srow)
   v = jnp.where(ok[:, None] & rrow[None, :], dist2[idx], -jnp.inf)  # (cap, C)
   best = jnp.max(v)
+  return jnp.where(jnp.isfinite(best), best, 0.0)
+
+
+def d1_sq_top(dist2, idx, in_n, rest):
+  """d_1² per row (R,) from the distance rows of the selected keys, directly: max of
+  dist2[j, i] over j = idx[q, r] with in_n[q, r] and i with rest[q, i]; 0 where a row has no
+  such pair (not counted). The same set of entries as :func:`d1_sq_prefix` and
+  :func:`d1_sq_gather` take the maximum of, so the same value (a maximum is exact).
+  idx, in_n (R, k); rest (R, C); dist2 (C, C). k·C work per row and N: the path for small
+  N (Algorithm 1's N = 5), where the per-key prefix maxima (C² per head, a C-step scan)
+  cost more than the gathers they save."""
+  rows = jnp.take(dist2, idx, axis=0, mode="clip")  # (R, k, C)
+  v = jnp.where(in_n[:, :, None] & rest[:, None, :], rows, -jnp.inf)
+  best = jnp.max(v, axis=(1, 2))
   return jnp.where(jnp.isfinite(best), best, 0.0)
 
 

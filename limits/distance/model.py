@@ -93,6 +93,9 @@ class ModelEvaluator:
   in ``cache_bytes`` (one forward and one sort per row per L), else recomputes per probe.
   ``layer_source(tokens (1, L)) -> iterator of (layer, record)`` replaces the forward (e.g.
   ``limits.records.iter_layers``: one forward per window for every step and probe).
+  ``params`` is the parameter pytree or a zero-argument callable returning it, called on first
+  use (a step whose records are all on disk then never loads the weights: dequantizing
+  SmolLM2's GGUF costs ~2-4 s per step).
   """
 
   def __init__(self, params, config, *, vectors: str = "value",
@@ -101,12 +104,19 @@ class ModelEvaluator:
     if vectors not in VECTORS:
       raise LimitsError(f"--vectors={vectors!r} is not one of {VECTORS}")
     check_inclusion(inclusion)
-    self.params, self.config = params, config
+    self._params, self.config = params, config
     self.vectors, self.inclusion = vectors, inclusion
     self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
     self.ks_dtype = np.dtype(ks_dtype) if ks_dtype is not None else self.dtype
     self.cache_bytes = cache_bytes
     self.layer_source = layer_source
+
+  @property
+  def params(self):
+    """The model's parameters (a callable given at construction is called once, here)."""
+    if callable(self._params):
+      self._params = self._params()
+    return self._params
 
   def _layers(self, tok, dtype, *, cast_weights: bool = True):
     """Yields (weights (1, H, L, L), x, window) for each layer: device arrays of ``dtype`` (the

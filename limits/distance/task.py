@@ -261,6 +261,9 @@ def run(config: DistanceConfig):
   ns = ns_for(config, lengths)
   out_dir = res.prepare_out_dir(config.out_dir, EXPERIMENT)
   record = res.config_record(config)
+  from limits import plotting
+
+  plotting.preload()  # the figure is drawn at the end: the import overlaps the computation
   record.update({"lengths_used": lengths, "ns_used": ns, "model_info": model.info()})
   # Windows first (cheap), so a too-short corpus fails before any compute.
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
@@ -271,7 +274,7 @@ def run(config: DistanceConfig):
 
   def evaluator_on(store):  # one forward per window for every N and probe (limits.records)
     return distance_model.ModelEvaluator(
-        model.params, model.config, vectors=config.vectors, inclusion=config.inclusion,
+        lambda: model.params, model.config, vectors=config.vectors, inclusion=config.inclusion,
         dtype=dtype, ks_dtype=ks_dtype,
         layer_source=lambda tok: records.iter_layers(model, tok, fields=fields, store=store))
 

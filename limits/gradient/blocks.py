@@ -85,20 +85,16 @@ class RowBlocks:
 
   def gather(self, *indices):
     """One pass: the largest |visible logit| and, per sorted index array (X,), its rows
-    (X, L) and mask (X, L) (NumPy, the rows' dtype)."""
-    big = 0.0
-    out = [(np.zeros((len(ix), self.length), self.dtype), np.zeros((len(ix), self.length), bool))
-           for ix in indices]
+    (X, L) and mask (X, L) (NumPy, the rows' dtype). :meth:`gatherer` does the same inside
+    another pass (the screen's)."""
+    g = self.gatherer(*indices)
     for start, rows, mask in self.blocks():
-      stop = start + rows.shape[0]
-      for lo in range(0, rows.shape[0], 8192):  # row chunks: no block-sized temporary
-        x = np.where(mask[lo:lo + 8192], rows[lo:lo + 8192], 0)
-        big = max(big, float(np.abs(x).max()) if x.size else 0.0)
-      for ix, (r, m) in zip(indices, out):
-        ix = np.asarray(ix)
-        a, b = np.searchsorted(ix, start), np.searchsorted(ix, stop)
-        r[a:b], m[a:b] = rows[ix[a:b] - start], mask[ix[a:b] - start]
-    return big, out
+      g.add(start, rows, mask)
+    return g.result()
+
+  def gatherer(self, *indices) -> "Gatherer":
+    """A :class:`Gatherer` of ``indices`` for these rows: feed it every block of one pass."""
+    return Gatherer(self.n_rows, self.length, self.dtype, indices)
 
   def close(self) -> None:
     if self._close is not None:
@@ -110,6 +106,37 @@ class RowBlocks:
 
   def __exit__(self, *exc):
     self.close()
+
+
+class Gatherer:
+  """What :meth:`RowBlocks.gather` collects, block by block: ``add(start, rows, mask)`` for
+  each block of a pass (in any pass over the rows, e.g. the gradient screen's, so the step
+  reads its rows once), then :meth:`result` ``(big, [(rows (X, L), mask (X, L)), ...])``."""
+
+  def __init__(self, n_rows, length, dtype, indices):
+    self.n_rows = int(n_rows)
+    self.big = 0.0
+    self.indices = [np.asarray(ix) for ix in indices]
+    self.out = [(np.zeros((len(ix), length), dtype), np.zeros((len(ix), length), bool))
+                for ix in self.indices]
+    self.seen = 0  # rows fed so far: every row once, in order, before result()
+
+  def add(self, start, rows, mask) -> None:
+    if start != self.seen:
+      raise ValueError(f"blocks out of order: row {start} after {self.seen} rows")
+    stop = start + rows.shape[0]
+    for lo in range(0, rows.shape[0], 8192):  # row chunks: no block-sized temporary
+      x = np.where(mask[lo:lo + 8192], rows[lo:lo + 8192], 0)
+      self.big = max(self.big, float(np.abs(x).max()) if x.size else 0.0)
+    for ix, (r, m) in zip(self.indices, self.out):
+      a, b = np.searchsorted(ix, start), np.searchsorted(ix, stop)
+      r[a:b], m[a:b] = rows[ix[a:b] - start], mask[ix[a:b] - start]
+    self.seen = stop
+
+  def result(self):
+    if self.seen != self.n_rows:
+      raise ValueError(f"gathered {self.seen} of {self.n_rows} rows: a pass was cut short")
+    return self.big, self.out
 
 
 def _head_mask(vis, n_rows):

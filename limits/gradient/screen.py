@@ -337,7 +337,7 @@ class Screen:
     return jax.device_put(np.concatenate([idx, np.full(pad, idx[0] if idx.size else 0,
                                                         idx.dtype)]))
 
-  def _bracket_pass(self, Td, K, pd, td):
+  def _bracket_pass(self, Td, K, pd, td, tap=None):
     """Pass 1: per span group w, its parts (one per block, in row order): rows (global,
     ascending), the widened bracket (n, K), the secular test's inputs and the row facts of
     Lemma 2's bound (n,) on the device; the group's first row; the largest
@@ -348,6 +348,8 @@ class Screen:
     A row is kept when one of its pairs is open by :func:`_decide_fn` with the largest λ₀/T
     so far (this group's included) in place of the final one: that maximum only grows, so
     every pair open at the end was open then, and the kept rows hold every row Newton needs.
+    ``tap(start, rows, mask)``, if given, sees every block of the pass (the task gathers its
+    exact and sampled rows there: one pass over the records, not two).
     """
     import jax
     import jax.numpy as jnp
@@ -360,6 +362,8 @@ class Screen:
     kept_bytes = 0
     max_lo = np.full(K, -np.inf, dt)
     for start, rows, mask in self.source.blocks():
+      if tap is not None:
+        tap(start, rows, mask)
       host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
       rows_d, mask_d = jax.device_put((rows, host_mask))
       for idx, w in sensitivity.span_groups(host_mask, step=sensitivity.SPAN_STEP):
@@ -387,7 +391,7 @@ class Screen:
               for w, v in kept.items()}
     return groups, first, max_lo, kept
 
-  def stats(self, temperatures) -> dict:
+  def stats(self, temperatures, tap=None) -> dict:
     """Per temperature (K,) NumPy: ``n_exceed_paper``, ``n_exceed_tight``,
     ``n_exceed_lemma2`` (where Lemma 2's bound is finite), ``lemma2_finite``, ``nonfinite``
     (Newton norms that are not finite), ``max_norm`` (max ‖J‖₂ over rows), ``rows``,
@@ -395,7 +399,8 @@ class Screen:
     test).
 
     Device work only, in jitted functions: the rows go in a block at a time, (K,) counts (and
-    the open pairs, to gather their rows for Newton) come out.
+    the open pairs, to gather their rows for Newton) come out. ``tap(start, rows, mask)`` sees
+    every block of the first pass (:meth:`_bracket_pass`).
     """
     import jax
 
@@ -408,7 +413,7 @@ class Screen:
       paper = np.minimum(1 / (4 * Ts), dt.type(bounds.SQRT2))  # Corollary 3 as printed
       tight = 1 / (2 * Ts)
     Td, pd, td = jax.device_put((Ts, paper, tight))
-    groups, first, max_lo, kept = self._bracket_pass(Td, K, pd, td)
+    groups, first, max_lo, kept = self._bracket_pass(Td, K, pd, td, tap)
     max_lo_d = jax.device_put(max_lo)
     self.total = {k: np.zeros(K, np.int64) for k in
                   ("n_exceed_paper", "n_exceed_tight", "n_exceed_lemma2", "lemma2_finite",

@@ -100,8 +100,9 @@ class GradientConfig:
                                 "without replacement (the exact O(L) norm covers every row).",
                                 check=options.POSITIVE_INT)
   t_batch: int = options.option(8, "Temperatures computed together per row; results.json is "
-                                "rewritten after each batch, so an interrupted run keeps "
-                                "finished ones.", check=options.POSITIVE_INT)
+                                "rewritten after the first batch, then at most every 10 s and "
+                                "when interrupted, so an interrupted run keeps finished ones.",
+                                check=options.POSITIVE_INT)
   seed: int = options.seed("Random seed (synthetic rows, directions v, subsampling).")
   x64: bool = options.x64("Compute in float64 (a bound is verified here).")
   out_dir: str | None = options.out_dir(EXPERIMENT, "Run directory (default "
@@ -261,6 +262,19 @@ def load_rows(p: Plan, k_rows, k_sub) -> Rows:
   return Rows(blocks, exact_idx, groups, n_groups, source_info)
 
 
+def _float32_rows_fit(temps, epsilons, dtype, blocks) -> bool:
+  """True when rows of float32 logits pass :func:`check_temperature_range` whatever their
+  values (the largest finite float32), so the check can wait until the screen's pass has read
+  them (a non-finite logit still fails it there, one pass later)."""
+  if blocks.dtype != np.float32:
+    return False
+  try:
+    check_temperature_range(temps, float(np.finfo(np.float32).max), epsilons, dtype)
+  except LimitsError:
+    return False
+  return True
+
+
 def _log(msg: str) -> None:
   print(msg, flush=True)
 
@@ -277,9 +291,17 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   ``fold_in(k_dir, first index)``), so the results equal an uninterrupted run's.
   """
   k_rows, k_sub, k_dir = seeding.streams(p.config.seed, 3)  # limits.runs.seeding: the one rule
+  from limits import plotting
+
+  plotting.preload()  # the figures are drawn at the end: the import overlaps the computation
   src = load_rows(p, k_rows, k_sub)
   with src.blocks:
     return _run(p, src, k_sub, k_dir, checkpoint, log, units)
+
+
+# A run's results.json is rewritten after a batch of temperatures at most this often, and
+# always when interrupted (the synthetic step's 5 checkpoints cost ~1 s of its ~10 s).
+CHECKPOINT_SECONDS = 10.0  # named in the --t_batch help
 
 
 def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
@@ -311,8 +333,34 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
   fd_seed = seeding.numpy_seed(jax.random.fold_in(k_sub, 1))
   fd_groups = groups if groups is not None else np.zeros(R, int)
   fd_idx = sensitivity.sample_rows(fd_groups, c.fd_rows, fd_seed)  # (S,)
-  # One pass: the largest logit, the exact rows (X, L) and the sampled rows (S, L).
-  big, ((exact_rows, exact_mask), (fd_l, fd_m)) = blocks.gather(exact_idx, fd_idx)
+  norm_fn = normalizers.get(name, **params)
+  units = units if units is not None else resume.Units(UNIT)
+  screen = (gradient_screen.Screen(blocks, None, dtype, dtype_tol["violation_rtol"])
+            if name == "softmax" else None)
+  # The screen reads every row once for as many temperatures as SCREEN_PAIR_BYTES allows (all
+  # 26 at SmolLM2 paper settings): the rows are read, cut and cast once, not once per batch.
+  # Its per-T numbers are kept until their batch is written (a batch restored from an
+  # interrupted run is skipped; one computed ahead and then restored is only dropped).
+  screened: dict = {}  # temperature index -> {name: value}
+  per_pass = max(c.t_batch, SCREEN_PAIR_BYTES // max(1, R * SCREEN_BYTES_PER_PAIR))
+
+  def screen_ahead(c0, tap=None):
+    ahead = list(range(c0, min(len(temps), c0 + per_pass)))
+    st = screen.stats([temps[i] for i in ahead], tap=tap)
+    screened.update({i: {n: v[j] for n, v in st.items()} for j, i in enumerate(ahead)})
+
+  # One pass: the largest logit, the exact rows (X, L) and the sampled rows (S, L), gathered
+  # inside the screen's first pass (the step reads its rows, or runs the forward, once) when
+  # no finite float32 row can fail check_temperature_range; else in a pass of their own first.
+  gather = blocks.gatherer(exact_idx, fd_idx)
+  todo = [c0 for c0 in range(0, len(temps), c.t_batch)
+          if not units.restored(f"T[{c0}:{c0 + len(temps[c0:c0 + c.t_batch])}]")]
+  if screen is not None and todo and _float32_rows_fit(temps, epsilons, dtype, blocks):
+    screen_ahead(todo[0], tap=gather.add)
+  else:
+    for start, rows, mask in blocks.blocks():
+      gather.add(start, rows, mask)
+  big, ((exact_rows, exact_mask), (fd_l, fd_m)) = gather.result()
   check_temperature_range(temps, big, epsilons, dtype)
   sampling = {"fd_rows": int(fd_idx.size), "of_rows": int(R),
               "how": (f"min({c.fd_rows}, rows of the group) rows per (layer, head)"
@@ -325,11 +373,9 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
               "closed_form_rows": int(R) if name == "softmax" else 0}
   log(f"gradient: g(T, eps) on {fd_idx.size} sampled rows; every row screened, exact where open"
       if name == "softmax" else f"gradient: g(T, eps) on {fd_idx.size} sampled rows")
-  norm_fn = normalizers.get(name, **params)
   exact_pos = np.arange(len(exact_idx))  # the exact rows' positions in exact_rows
   check_pos = exact_pos[:c.check_rows]
   summaries, per_row = [], []
-  units = units if units is not None else resume.Units(UNIT)
   t0 = time.perf_counter()
 
   def results(complete: bool, seconds: float) -> dict:
@@ -346,22 +392,31 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
   fd_l_dev, fd_m_dev = jax.device_put((fd_l, fd_m))
   del fd_l
   fd_pos = np.arange(fd_idx.size)
-  screen = (gradient_screen.Screen(blocks, None, dtype, dtype_tol["violation_rtol"])
-            if name == "softmax" else None)
-  # The screen reads every row once for as many temperatures as SCREEN_PAIR_BYTES allows (all
-  # 26 at SmolLM2 paper settings): the rows are read, cut and cast once, not once per batch.
-  # Its per-T numbers are kept until their batch is written (a batch restored from an
-  # interrupted run is skipped; one computed ahead and then restored is only dropped).
-  screened: dict = {}  # temperature index -> {name: value}
-  per_pass = max(c.t_batch, SCREEN_PAIR_BYTES // max(1, R * SCREEN_BYTES_PER_PAIR))
 
   def screen_stats(c0, k):
     if c0 not in screened:
-      ahead = list(range(c0, min(len(temps), c0 + per_pass)))
-      st = screen.stats([temps[i] for i in ahead])
-      screened.update({i: {n: v[j] for n, v in st.items()} for j, i in enumerate(ahead)})
+      screen_ahead(c0)
     got = [screened.pop(i) for i in range(c0, c0 + k)]
     return {n: np.asarray([g[n] for g in got]) for n in got[0]}
+
+  written = [-math.inf, False]  # last checkpoint, batches since it not yet written
+
+  def emit():
+    """Checkpoint after the first batch, then at most every CHECKPOINT_SECONDS (each write
+    carries every finished temperature's per-row payload), and always before an interrupt is
+    honoured."""
+    now = time.perf_counter()
+    if checkpoint is not None and now - written[0] >= CHECKPOINT_SECONDS:
+      checkpoint(results(False, now - t0))
+      written[:] = [now, False]
+    else:
+      written[1] = checkpoint is not None
+    try:
+      interrupts.check()
+    except BaseException:
+      if written[1]:
+        checkpoint(results(False, time.perf_counter() - t0))
+      raise
 
   with Progress(len(temps), "temperatures", unit="T", enabled=len(temps) > 1) as prog:
     for c0 in range(0, len(temps), c.t_batch):
@@ -372,9 +427,7 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
         summaries += unit["summaries"]
         per_row += unit["per_row"]
         prog.update(len(chunk))
-        if checkpoint is not None:
-          checkpoint(results(False, time.perf_counter() - t0))
-        interrupts.check()
+        emit()
         continue
       stats = screen_stats(c0, len(chunk)) if screen is not None else None  # {name: (K,)}
       g_all = sensitivity.fd_rows(norm_fn, fd_l_dev, fd_m_dev, fd_m, fd_pos, chunk, epsilons,
@@ -394,8 +447,6 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
       units.add(key, {"summaries": batch_summaries, "per_row": batch_rows})
       summaries += batch_summaries
       per_row += batch_rows
-      if checkpoint is not None:  # an interrupted run keeps every finished temperature
-        checkpoint(results(False, time.perf_counter() - t0))
-      interrupts.check()  # a safe point: this batch of temperatures is written
+      emit()  # a safe point: an interrupted run keeps every finished temperature
   elapsed = time.perf_counter() - t0
   return Result(results(True, elapsed), summaries, per_row, elapsed)

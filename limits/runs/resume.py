@@ -157,6 +157,10 @@ class Units:
     self.resumed += 1
     return decode(stored)
 
+  def restored(self, key: str) -> bool:
+    """Whether ``key`` was finished by the interrupted run (:meth:`get` will return it)."""
+    return key in self._restored
+
   def add(self, key: str, payload: Any) -> Any:
     """Records the payload of a unit just computed (counted as computed); returns it."""
     self._done[key] = encode(payload)

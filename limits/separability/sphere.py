@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.errors import check
-from limits.selection import sort_desc
-from limits.separability.rows import RULES, min_pairwise_distance, row_stats
+from limits.selection import select_sorted, sort_desc
+from limits.separability.rows import (RULES, _leave_one_out_sum, min_pairwise_distance,
+                                      row_stats)
 
 ALPHA_KINDS = ("uniform", "zipf", "softmax")
 
@@ -102,23 +103,105 @@ def _delta_checked(x, k: int = DELTA_CANDIDATES, block: int = 128):
   return jnp.sqrt(best), ok
 
 
-def _sample_core(key, index, alphas, rank, ns, dim: int, M, delta_fixed, *, with_bounds: bool,
-                 rule: str, checked: bool):
-  """:func:`sample_stats` and, with ``checked``, its fast form: (stats (S, H, K), flag).
+class _TopRows(NamedTuple):
+  """What the fast form reads of the weights, the same for every sample (:func:`_top_rows`):
+  each row's top ``k`` = max(n) keys in selection order and the Theorem 2 sums over them."""
+  order: Any     # (R, k) int32 keys by decreasing weight, ties by position (I_N = first N)
+  a_top: Any     # (R, k) their weights
+  sel: Any       # (K, R, k) bool: place j of the order is in I_N for n = ns[K]
+  w_sel: Any     # (K, R, k) a_top where selected, else 0
+  nonsel: Any    # (K, R, L) bool: key not in I_N (r is the minimum over these)
+  s1: Any        # (K, R, k) Σ_{I_N \ i} α_j at each selected place (the reference's sums)
+  s2: Any        # (K, R, k) Σ_{I_N \ i} α_j²
 
-  ``checked`` (rule "strict", delta from the points): delta from :func:`_delta_checked` and
-  the counts by the Gram identity (``row_stats(method="gram")``); ``flag`` is True when either
-  could differ from the float64 reference path (delta not certified, or a row's decision
-  within ``rows.gram_margin``): the caller recomputes that sample with ``checked=False``.
-  Otherwise ``flag`` is False.
+
+def _top_rows(alphas, rank, ns, k: int) -> _TopRows:
+  """:class:`_TopRows` of weights (R, L) (all visible) for ns (K,) with max(ns) <= k.
+
+  I_N is the reference's (``select_sorted``: the N largest, ties by position, which is the
+  first N places of a stable descending sort), and the leave-one-out sums of Theorem 2's ξ are
+  the reference's own dense sums (:func:`rows._leave_one_out_sum` over the L keys) gathered at
+  the selected places, so ξ is bit-identical to the reference's for the same delta."""
+  R, L = alphas.shape
+  order = jnp.argsort(-alphas, axis=-1, stable=True)[:, :k].astype(jnp.int32)     # (R, k)
+  a_top = jnp.take_along_axis(alphas, order, axis=-1)
+  visible = jnp.ones(alphas.shape, bool)
+
+  def per_n(n):
+    sel = select_sorted(alphas, rank, visible, n)                                   # (R, L)
+    w = jnp.where(sel, alphas, 0)
+    at = lambda v: jnp.take_along_axis(v, order, axis=-1)                           # (R, k)
+    return ~sel, at(_leave_one_out_sum(w)), at(_leave_one_out_sum(w * w))
+
+  nonsel, s1, s2 = jax.vmap(per_n)(ns)
+  sel = jnp.broadcast_to(jnp.arange(k)[None, None, :] < ns[:, None, None], s1.shape)
+  return _TopRows(order, a_top, sel, jnp.where(sel, a_top[None], 0), nonsel, s1, s2)
+
+
+def _sample_fast(key, index, alphas, top: _TopRows, ns, dim: int, M):
+  """The fast form of :func:`sample_stats` (rule "strict", delta from the points): (stats
+  (S, H, K), flag). Same draw; delta from :func:`_delta_checked`, the rest from
+  :func:`_stats_fast`. ``flag`` is True when delta is not certified or a decision is within
+  the rounding margin: the caller recomputes that sample with the float64 reference."""
+  x = sphere_points(jax.random.fold_in(key, index), alphas.shape[-1], dim, M, alphas.dtype)
+  delta, ok = _delta_checked(x)
+  out, uncertain = _stats_fast(x, delta, alphas, top, ns, M)
+  return out, ~ok | uncertain
+
+
+def _stats_fast(x, delta, alphas, top: _TopRows, ns, M):
+  """(stats (S, H, K), uncertain) of points x (L, d) for every row and n at once, over the top
+  ``k`` keys of each row (:class:`_TopRows`): s_N = Σ_{I_N} α_j x_j from the k gathered
+  points, ⟨x_i, s_N⟩ for every key by one product, r the minimum of the Gram-identity
+  distance over the non-selected keys, the count (rule "strict") and Theorem 2's bounds over
+  the selected places. ``uncertain`` is True when a selected key's d² lies within
+  :func:`rows.gram_margin` of r² (the margin covers the rounding of s in any summation order,
+  of ⟨x_i, s⟩ and of the identity): otherwise every count equals the exact one (and the float64
+  reference's), and r and the bounds equal the reference's up to rounding.
   """
+  dt = alphas.dtype
+  dim = x.shape[-1]
+  xx = jnp.sum(x * x, axis=-1)                                                   # (L,)
+  xt = x[top.order]                                                              # (R, k, d)
+  s = jnp.einsum("krj,rjd->krd", top.w_sel, xt)                                  # (K, R, d)
+  xs = jnp.einsum("krd,ld->krl", s, x)                                           # (K, R, L)
+  ss = jnp.sum(s * s, axis=-1)                                                   # (K, R)
+  a = alphas
+  d2 = (a * a * xx)[None] - 2 * a[None] * xs + ss[..., None]                    # (K, R, L)
+  r = jnp.min(jnp.where(top.nonsel, jnp.sqrt(jnp.maximum(d2, 0)), jnp.inf), axis=-1)  # (K, R)
+  d2_top = jnp.take_along_axis(d2, jnp.broadcast_to(top.order[None], top.sel.shape), axis=-1)
+  inside = top.sel & (jnp.sqrt(jnp.maximum(d2_top, 0)) < r[..., None])          # (K, R, k)
+  n_eff = jnp.sum(top.sel, axis=-1)
+  nf = jnp.maximum(n_eff, 1).astype(dt)
+  frac = jnp.where(n_eff > 0, jnp.sum(inside, axis=-1) / nf, 1.0).astype(dt)
+  # Theorem 2's bounds (rows._bounds_from_selected, derived form) over the selected places
+  Mx = jnp.asarray(M, dt)
+  dl = jnp.where(jnp.isfinite(delta), delta, 0)
+  dc = jnp.clip(dl, 0, 2 * Mx)
+  xi2 = (Mx * Mx - dc * dc / 2) * top.s1 * top.s1 + (dc * dc / 2) * top.s2
+  xis = jnp.where(top.sel, jnp.sqrt(jnp.maximum(xi2, 0)), 0)
+  safe_r = jnp.where(r > 0, r, 1)
+  lower_raw = jnp.where(r > 0, 1 - jnp.sum(xis, axis=-1) / (nf * safe_r), -jnp.inf)
+  lower_raw = jnp.where(n_eff > 0, lower_raw, 1)
+  gap = jnp.maximum(xis - r[..., None], 0)
+  terms = jnp.where(top.sel, jnp.exp(-gap * gap / (2 * Mx * Mx)), 0)
+  upper = jnp.where(n_eff > 0, jnp.sum(terms, axis=-1) / nf, 1)
+  # rows.gram_margin over the same sets: B = max_j α_j|x_j| + Σ_{I_N} α_j|x_j|
+  nx = jnp.sqrt(xx)
+  B = jnp.max(a * nx, axis=-1)[None] + jnp.sum(top.w_sel * nx[top.order][None], axis=-1)
+  tol = 8 * (dim + n_eff.astype(dt) + 4) * jnp.finfo(dt).eps * B * B                # (K, R)
+  near = jnp.isfinite(r)[..., None] & (jnp.abs(d2_top - (r * r)[..., None]) <= tol[..., None])
+  out = jnp.stack([frac, r, jnp.broadcast_to(delta, r.shape), jnp.maximum(lower_raw, 0),
+                   lower_raw, upper])                                            # (S, K, H)
+  return jnp.swapaxes(out, 1, 2), jnp.any(top.sel & near)                        # (S, H, K)
+
+
+def _sample_core(key, index, alphas, rank, ns, dim: int, M, delta_fixed, *, with_bounds: bool,
+                 rule: str):
+  """:func:`sample_stats`: stats (S, H, K) by the float64 reference (direct differences)."""
   L = alphas.shape[-1]
   x = sphere_points(jax.random.fold_in(key, index), L, dim, M, alphas.dtype)   # (L, dim)
-  flag = jnp.asarray(False)
-  if checked:
-    delta, ok = _delta_checked(x)
-    flag = ~ok
-  elif with_bounds and delta_fixed is None:
+  if with_bounds and delta_fixed is None:
     delta = min_pairwise_distance(x)
   elif delta_fixed is None:
     delta = jnp.asarray(jnp.nan, alphas.dtype)   # not computed (bounds off)
@@ -126,17 +209,14 @@ def _sample_core(key, index, alphas, rank, ns, dim: int, M, delta_fixed, *, with
     delta = jnp.asarray(delta_fixed, alphas.dtype)
   visible = jnp.ones(alphas.shape, bool)
   dl = jnp.where(jnp.isfinite(delta), delta, 0)
-  method = "gram" if checked else "direct"
 
   def per_n(n):
-    st = row_stats(alphas, rank, visible, x, n, M, dl, rule=rule, method=method)
-    unc = jnp.any(st.uncertain) if checked else jnp.asarray(False)
+    st = row_stats(alphas, rank, visible, x, n, M, dl, rule=rule, method="direct")
     return jnp.stack([st.frac, st.r, jnp.broadcast_to(delta, st.r.shape), st.lower,
-                      st.lower_raw, st.upper]), unc          # (S, H), ()
+                      st.lower_raw, st.upper])                     # (S, H)
 
-  # every n at once in the fast form (batched products); one n at a time in the reference
-  out, unc = jax.vmap(per_n)(ns) if checked else jax.lax.map(per_n, ns)   # (K, S, H), (K,)
-  return jnp.moveaxis(out, 0, -1), flag | jnp.any(unc)        # (S, H, K)
+  out = jax.lax.map(per_n, ns)                                     # (K, S, H)
+  return jnp.moveaxis(out, 0, -1)                                  # (S, H, K)
 
 
 def sample_stats(key, index, alphas, rank, ns, dim: int, M, delta_fixed=None, *,
@@ -154,15 +234,27 @@ def sample_stats(key, index, alphas, rank, ns, dim: int, M, delta_fixed=None, *,
   :func:`sample_moments`, :func:`merge_moments` and :func:`mean_stderr`.
   """
   return _sample_core(key, index, alphas, rank, ns, dim, M, delta_fixed,
-                      with_bounds=with_bounds, rule=rule, checked=False)[0]
+                      with_bounds=with_bounds, rule=rule)
 
 
 def _chunk_stats(key, indices, alphas, rank, ns, M, delta_fixed, *, dim, with_bounds, rule,
-                 checked=False):
-  """((c, S, H, K) stats, (c,) flags) for the sample indices of one chunk (vmapped)."""
+                 checked=False, k=None, top=None):
+  """((c, S, H, K) stats, (c,) flags) for the sample indices of one chunk (vmapped).
+
+  ``checked`` (rule "strict", bounds on, delta from the points): the fast form
+  (:func:`_sample_fast`; ``top`` its weights' part, :func:`_top_rows`, computed here when None
+  (the Monte Carlo computes it once per run: its cumulative sums cost more than a chunk);
+  ``k`` the static width of its top keys, at least max(ns), default L); ``flags`` marks the
+  samples to recompute by the reference. Otherwise the reference (:func:`sample_stats`), flags all False.
+  """
+  if checked:
+    if top is None:
+      top = _top_rows(alphas, rank, ns, int(k or alphas.shape[-1]))
+    return jax.vmap(lambda i: _sample_fast(key, i, alphas, top, ns, dim, M))(indices)
   one = lambda i: _sample_core(key, i, alphas, rank, ns, dim, M, delta_fixed,
-                               with_bounds=with_bounds, rule=rule, checked=checked)
-  return jax.vmap(one)(indices)
+                               with_bounds=with_bounds, rule=rule)
+  stats = jax.vmap(one)(indices)
+  return stats, jnp.zeros(indices.shape, bool)
 
 
 class Moments(NamedTuple):
@@ -204,8 +296,9 @@ def mean_stderr(m: Moments):
   return mean, stderr
 
 
+_top_rows_jit = jax.jit(_top_rows, static_argnums=3)
 _chunk_stats_jit = jax.jit(_chunk_stats,
-                           static_argnames=("dim", "with_bounds", "rule", "checked"))
+                           static_argnames=("dim", "with_bounds", "rule", "checked", "k"))
 
 
 class MonteCarlo(NamedTuple):
@@ -261,7 +354,9 @@ class _Prepared(NamedTuple):
   single_row: bool
   scalar_n: bool
   samples: int
-  checked: bool          # the fast form with its float64 fallback (_sample_core)
+  checked: bool          # the fast form with its float64 fallback (_sample_fast)
+  k: int                 # the fast form's top keys per row: max(n)
+  top: Any               # _TopRows of the fast form (None for the reference)
 
 
 def _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds,
@@ -298,31 +393,69 @@ def _prepare(key, alpha, n, dim, M, samples, chunk, devices, rule, with_bounds,
   args = (key, alphas, rank, ns, M_arr, dfix)
   if shard is not None:
     args = jax.device_put(args, shard[1])
+  k = max(ns_list)
+  top = _top_rows_jit(alphas, rank, ns, k) if checked else None
+  if top is not None and shard is not None:
+    top = jax.device_put(top, shard[1])
   return _Prepared(args, shard, chunk, int(dim), bool(with_bounds), rule, single_row, scalar_n,
-                   samples, checked)
+                   samples, checked, k, top)
+
+
+# Chunks computed at once by worker threads (XLA runs each on the calling thread and releases
+# the GIL): on 2 cores the sphere step's chunks take ~1.3 cores one at a time, and 2-3 in flight
+# keep both busy (/work scratch measurement, L = 1,024, loaded machine: 5.0 ms per sample
+# serial, 4.1 with 2, 3.5 with 3 in flight, the same CPU per sample). Results are merged in
+# sample order, so the moments do not depend on it.
+CHUNKS_IN_FLIGHT = 3
+
+
+def _chunk_out(prep: _Prepared, lo: int, stop: int):
+  """(c', S, H, K) float64 stats of the valid samples lo … min(lo + chunk, stop) − 1: the fast
+  form, and the float64 reference for a sample it cannot vouch for."""
+  key_r, alphas_r, rank_r, ns_r, M_r, dfix_r = prep.args
+  idx = np.arange(lo, lo + prep.chunk, dtype=np.int32)
+  valid = idx < stop
+  idx_dev = jnp.asarray(idx) if prep.shard is None else jax.device_put(idx, prep.shard[0])
+  run = lambda checked: _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r,
+                                         dim=prep.dim, with_bounds=prep.with_bounds,
+                                         rule=prep.rule, checked=checked, k=prep.k,
+                                         top=prep.top if checked else None)
+  out, flag = run(prep.checked)
+  out = np.array(out, dtype=np.float64)                       # (c, S, H, K), writable
+  flag = np.asarray(flag) & valid
+  if flag.any():  # a sample the fast form cannot vouch for: the float64 reference path
+    out[flag] = np.asarray(run(False)[0], dtype=np.float64)[flag]
+  return out[valid]
 
 
 def _moments_between(prep: _Prepared, start: int, stop: int,
                      progress: Callable[[int], Any] | None) -> Moments:
-  """Moments of the samples start … stop − 1, in chunks of ``prep.chunk`` from ``start``."""
-  key_r, alphas_r, rank_r, ns_r, M_r, dfix_r = prep.args
+  """Moments of the samples start … stop − 1, in chunks of ``prep.chunk`` from ``start``
+  (up to :data:`CHUNKS_IN_FLIGHT` computed at once, merged in order; ``progress`` is called
+  on this thread after each merged chunk, so an exception it raises stops the run after at
+  most the chunks in flight). The workers run with this thread's ``jax_enable_x64``."""
+  from collections import deque
+  from concurrent.futures import ThreadPoolExecutor
+
+  x64 = bool(jax.config.jax_enable_x64)  # this thread's (a `with jax.enable_x64` is local)
+
+  def chunk(lo):
+    with jax.enable_x64(x64):
+      return _chunk_out(prep, lo, stop)
+
   mom = None
-  for lo in range(start, stop, prep.chunk):
-    idx = np.arange(lo, lo + prep.chunk, dtype=np.int32)
-    valid = idx < stop
-    idx_dev = jnp.asarray(idx) if prep.shard is None else jax.device_put(idx, prep.shard[0])
-    run = lambda checked: _chunk_stats_jit(key_r, idx_dev, alphas_r, rank_r, ns_r, M_r, dfix_r,
-                                           dim=prep.dim, with_bounds=prep.with_bounds,
-                                           rule=prep.rule, checked=checked)
-    out, flag = run(prep.checked)
-    out = np.array(out, dtype=np.float64)                     # (c, S, H, K), writable
-    flag = np.asarray(flag) & valid
-    if flag.any():  # a sample the fast form cannot vouch for: the float64 reference path
-      out[flag] = np.asarray(run(False)[0], dtype=np.float64)[flag]
-    out = out[valid]
-    mom = merge_moments(mom, sample_moments(out))
-    if progress is not None:
-      progress(int(valid.sum()))
+  pending: deque = deque()
+  ex = ThreadPoolExecutor(max_workers=CHUNKS_IN_FLIGHT)
+  try:
+    for lo in range(start, stop, prep.chunk):
+      pending.append(ex.submit(chunk, lo))
+      while pending and (len(pending) >= CHUNKS_IN_FLIGHT or lo + prep.chunk >= stop):
+        out = pending.popleft().result()
+        mom = merge_moments(mom, sample_moments(out))
+        if progress is not None:
+          progress(int(out.shape[0]))
+  finally:
+    ex.shutdown(wait=True, cancel_futures=True)
   return mom
 
 

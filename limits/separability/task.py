@@ -244,6 +244,32 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         interrupts.check()
         continue
       window_sums = np.zeros_like(sums)                                # (NL, H, K, F)
+
+      def finish(layer, out):
+        nonlocal written
+        window_sums[layer] = np.asarray(out, np.float64)               # (H, K, F)
+        sums[layer] += window_sums[layer]
+        prog.update(1)
+        if layer == NL - 1:
+          units.add(f"window={w}", {"sums": window_sums})
+        now = time.perf_counter()
+        if layer == NL - 1 or (w == 0 and (layer == 0 or now - written >= EMIT_SECONDS)):
+          meta["seconds"] = round(now - t0, 3)
+          emit(final=(w == last and layer == NL - 1))
+          written, pending_write = now, False
+        else:
+          pending_write = w == 0
+        try:
+          interrupts.check()  # a safe point per layer
+        except BaseException:
+          if pending_write:  # the first window's layers since the last write are kept
+            meta["seconds"] = round(time.perf_counter() - t0, 3)
+            emit(final=False)
+          raise
+
+      # Layer l + 1 is dispatched (JAX runs it asynchronously) before layer l's sums are
+      # fetched: two kernels in flight use both cores (a layer's kernel alone uses ~1.3).
+      running = None                                                   # (layer, device sums)
       for layer, rec in records.iter_layers(model, tokens[w:w + 1],
                                             fields=record_fields(c.vectors)):
         weights = jnp.asarray(rec.weights[0])            # (H, L, L) float32, cast on device
@@ -253,27 +279,13 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         v = x                                                          # (H, L, d)
         window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
         del rec
-        window_sums[layer] = np.asarray(separability_model.layer_sums(  # selection on device
-            weights, v, ns, c.radius, rule=c.rule, window=window, dtype=dtype),
-            np.float64)                                                # (H, K, F)
-        sums[layer] += window_sums[layer]
-        prog.update(1)
-        if layer == NL - 1:
-          units.add(f"window={w}", {"sums": window_sums})
-        now = time.perf_counter()
-        if layer == NL - 1 or (w == 0 and (layer == 0 or now - written >= EMIT_SECONDS)):
-          meta["seconds"] = round(now - t0, 3)
-          emit(final=(w == last and layer == NL - 1))
-          written, pending = now, False
-        else:
-          pending = w == 0
-        try:
-          interrupts.check()  # a safe point per layer
-        except BaseException:
-          if pending:  # the first window's layers since the last write are kept
-            meta["seconds"] = round(time.perf_counter() - t0, 3)
-            emit(final=False)
-          raise
+        out = separability_model.layer_sums(                          # selection on device
+            weights, v, ns, c.radius, rule=c.rule, window=window, dtype=dtype)
+        if running is not None:
+          finish(*running)
+        running = (layer, out)
+      if running is not None:
+        finish(*running)
 
 
 def run(config: SeparabilityConfig, out_dir, ns) -> None:
@@ -281,6 +293,9 @@ def run(config: SeparabilityConfig, out_dir, ns) -> None:
 
   Call :func:`limits.cli.setup_precision` first.
   """
+  from limits import plotting
+
+  plotting.preload()  # figure3 is drawn at the end: the import overlaps the computation
   if config.source == "sphere":
     run_sphere(config, out_dir, ns)
   else:

@@ -20,9 +20,16 @@ Implementations:
 
 After one warm-up each (compilation excluded), the three run in alternation ``--pairs`` times;
 the ratio of each pair (hf seconds / ours seconds, > 1 favours ours) is reported as the median
-with its min–max spread. Memory: before each timed run the kernel's peak-RSS counter is reset
+with its min–max spread, in wall seconds and in CPU seconds of the process (user + system,
+every thread: the figure to read on a shared machine; PyTorch's idle threads spin, so HF's CPU
+seconds run above its wall seconds on an idle machine). Memory: before each timed run the kernel's peak-RSS counter is reset
 (``/proc/self/clear_refs``); "extra MB" is the largest peak over that run's starting RSS.
 The machine may be shared: compare ratios, not absolute values.
+
+Fresh output buffers: every record array is a new allocation, and first-touching 4 KiB pages
+(the kernel zeroes each) costs about as much as writing the numbers. With
+``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` in the environment (glibc >= 2.35, transparent huge
+pages in ``madvise`` mode) malloc asks for 2 MiB pages: the header line prints the setting.
 """
 
 from __future__ import annotations
@@ -119,15 +126,16 @@ def _runners(hf, config, params, tokens):
   return {"hf": run_hf, "ours": run_ours, "ours_stream": run_stream}
 
 
-def _timed(fn) -> tuple[float, float]:
+def _timed(fn) -> tuple[float, float, float]:
+  """(wall s, extra MB, CPU s of the whole process: user + system of every thread)."""
   gc.collect()
   before = _rss_mb()
   _reset_peak()
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), time.process_time()
   result = fn()
-  sec = time.perf_counter() - t0
+  sec, cpu = time.perf_counter() - t0, time.process_time() - c0
   del result
-  return sec, _peak_rss_mb() - before
+  return sec, _peak_rss_mb() - before, cpu
 
 
 def measure(model: str, lengths, pairs: int, impls, seed: int) -> list[dict]:
@@ -146,16 +154,18 @@ def measure(model: str, lengths, pairs: int, impls, seed: int) -> list[dict]:
       for name in impls:
         run[name]()  # warm-up, compilation
       seconds = {n: [] for n in impls}
+      cpu = {n: [] for n in impls}
       extra = {n: [] for n in impls}
       for i in range(pairs):
         for name in impls:
-          s, mb = _timed(run[name])
+          s, mb, c = _timed(run[name])
           seconds[name].append(s)
+          cpu[name].append(c)
           extra[name].append(mb)
         print(f"  L={length} round {i + 1}/{pairs}: " + ", ".join(
-            f"{n} {seconds[n][-1]:.2f} s" for n in impls), file=sys.stderr, flush=True)
+            f"{n} {seconds[n][-1]:.2f} s ({cpu[n][-1]:.2f} CPU s)" for n in impls), file=sys.stderr, flush=True)
       row = {"model": model, "L": length, "pairs": pairs,
-             "seconds": seconds, "extra_mb": {n: max(v) for n, v in extra.items()}}
+             "seconds": seconds, "cpu_seconds": cpu, "extra_mb": {n: max(v) for n, v in extra.items()}}
       if "hf" in impls:
         for name in impls:
           if name == "hf":
@@ -163,6 +173,9 @@ def measure(model: str, lengths, pairs: int, impls, seed: int) -> list[dict]:
           ratios = [h / o for h, o in zip(seconds["hf"], seconds[name])]
           row[f"ratio_{name}"] = {"median": statistics.median(ratios), "min": min(ratios),
                                   "max": max(ratios)}
+          ratios = [h / o for h, o in zip(cpu["hf"], cpu[name])]
+          row[f"cpu_ratio_{name}"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                      "max": max(ratios)}
       rows.append(row)
   return rows
 
@@ -176,16 +189,21 @@ def main(argv):
     raise cli.LimitsError(f"--impls={FLAGS.impls!r}: allowed values are {', '.join(IMPLS)}")
   rows = measure(FLAGS.model, lengths, FLAGS.pairs, impls, FLAGS.seed)
   print(f"model {FLAGS.model}; {FLAGS.pairs} alternating rounds per L; ratio = HF s / ours s "
-        "(median [min–max]); extra = peak RSS over the run's start")
+        "(median [min–max]); extra = peak RSS over the run's start; GLIBC_TUNABLES="
+        f"{os.environ.get('GLIBC_TUNABLES', '')!r}")
   for r in rows:
     med = {n: statistics.median(v) for n, v in r["seconds"].items()}
-    parts = [f"L={r['L']}"] + [f"{n} {med[n]:.2f} s = {r['L'] / med[n]:.0f} tokens/s "
-                               f"(+{r['extra_mb'][n]:.0f} MB)" for n in med]
+    cpu = {n: statistics.median(v) for n, v in r["cpu_seconds"].items()}
+    parts = [f"L={r['L']}"] + [f"{n} {med[n]:.2f} s = {r['L'] / med[n]:.0f} tokens/s, "
+                               f"{cpu[n]:.2f} CPU s (+{r['extra_mb'][n]:.0f} MB)" for n in med]
     for name in ("ours", "ours_stream"):
       q = r.get(f"ratio_{name}")
       if q:
-        parts.append(f"{name} {q['median']:.2f}x [{q['min']:.2f}–{q['max']:.2f}]")
+        c = r[f"cpu_ratio_{name}"]
+        parts.append(f"{name} {q['median']:.2f}x [{q['min']:.2f}–{q['max']:.2f}], CPU s "
+                     f"{c['median']:.2f}x [{c['min']:.2f}–{c['max']:.2f}]")
     print(" | ".join(parts))
+  print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) + f" ({os.cpu_count()} CPUs)")
   if FLAGS.out:
     from limits.runs.results import write_json
 

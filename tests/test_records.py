@@ -398,6 +398,19 @@ def test_runner_gives_steps_out_records_and_removes_it_only_after_success(tmp_pa
   shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+def test_runner_asks_malloc_for_huge_pages_unless_the_caller_set_it(tmp_path, monkeypatch):
+  monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+  assert reproduction_runner.records_env(tmp_path)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+  monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")  # the caller's kept
+  assert (reproduction_runner.records_env(tmp_path)["GLIBC_TUNABLES"]
+          == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1")
+  monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")  # the caller's choice wins
+  assert reproduction_runner.records_env(tmp_path)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+  monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb_x=0")  # another name: added
+  assert reproduction_runner.records_env(tmp_path)["GLIBC_TUNABLES"].endswith(
+      ":glibc.malloc.hugetlb=1")
+
+
 def test_unwritable_store_still_gives_the_forward(model, tmp_path, capfd):
   blocker = tmp_path / "file"
   blocker.write_text("not a folder")

@@ -70,15 +70,30 @@ def _last_error(log: Path) -> str:
 
 
 RECORDS = "records"  # OUT/records: the shared per-window records of the steps (limits.records)
+# glibc >= 2.35: malloc asks for transparent huge pages (madvise) for its mmap'd chunks. Every
+# (L, L) record is a fresh allocation of tens of MB; first-touching it in 4 KiB pages cost about
+# as much as writing it (SmolLM2 L = 1,024, one forward with every record: 7.1 -> 5.3 CPU s,
+# python -m benchmarks.forward). Placement only: the same numbers. Older glibc ignores it.
+HUGE_PAGES = "glibc.malloc.hugetlb"
+
+
+def _with_huge_pages(tunables: str) -> str:
+  """``GLIBC_TUNABLES`` with ``glibc.malloc.hugetlb=1`` added, unless the caller named it."""
+  items = [t for t in tunables.split(":") if t]
+  if any(t.split("=")[0] == HUGE_PAGES for t in items):
+    return tunables
+  return ":".join(items + [f"{HUGE_PAGES}=1"])
 
 
 def records_env(out: Path) -> dict[str, str]:
   """The steps' environment: ``$LIMITS_RECORDS_DIR`` = ``OUT/records`` (one forward per window
-  and L for the whole reproduction) unless the caller set it (a folder, or ``off``)."""
+  and L for the whole reproduction) unless the caller set it (a folder, or ``off``), and
+  ``GLIBC_TUNABLES`` asking malloc for huge pages (:data:`HUGE_PAGES`) unless it names them."""
   from limits import records
 
   env = dict(os.environ)
   env.setdefault(records.ENV_DIR, str(out / RECORDS))
+  env["GLIBC_TUNABLES"] = _with_huge_pages(env.get("GLIBC_TUNABLES", ""))
   return env
 
 

@@ -108,7 +108,7 @@ class _TopRows(NamedTuple):
   each row's top ``k`` = max(n) keys in selection order and the Theorem 2 sums over them."""
   order: Any     # (R, k) int32 keys by decreasing weight, ties by position (I_N = first N)
   a_top: Any     # (R, k) their weights
-  sel: Any       # (K, R, k) bool: place j of the order is in I_N for n = ns[K]
+  sel: Any       # (K, R, k) bool: place j of the order is in I_N for the n of that K index
   w_sel: Any     # (K, R, k) a_top where selected, else 0
   nonsel: Any    # (K, R, L) bool: key not in I_N (r is the minimum over these)
   s1: Any        # (K, R, k) Σ_{I_N \ i} α_j at each selected place (the reference's sums)

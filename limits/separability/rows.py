@@ -186,12 +186,19 @@ def _leave_one_out_sum(v, product: bool = False):
 
 def _xi_from_selected(alpha, sel, M, delta, product: bool = False):
   """xi_i (..., L) from a selection mask; 0 outside I_N. delta broadcasts against alpha[..., 0]."""
-  dtype = alpha.dtype
-  M = jnp.asarray(M, dtype)
-  delta = jnp.clip(jnp.asarray(delta, dtype), 0, 2 * M)[..., None]
   w = jnp.where(sel, alpha, 0)
   s1 = _leave_one_out_sum(w, product)  # sum over I_N \ {i} of alpha_j
   s2 = _leave_one_out_sum(w * w, product)  # sum over I_N \ {i} of alpha_j^2
+  return xi_from_sums(s1, s2, sel, M, delta)
+
+
+def xi_from_sums(s1, s2, sel, M, delta):
+  """xi_i (..., P) from the leave-one-out sums s1 = Σ_{I_N \ i} α_j and s2 = Σ_{I_N \ i} α_j²
+  at P places (every key, or only the selected ones); 0 where ``sel`` is False; delta clipped
+  to [0, 2M] and broadcast against s1[..., 0]."""
+  dtype = s1.dtype
+  M = jnp.asarray(M, dtype)
+  delta = jnp.clip(jnp.asarray(delta, dtype), 0, 2 * M)[..., None]
   xi2 = (M * M - delta * delta / 2) * s1 * s1 + (delta * delta / 2) * s2
   return jnp.where(sel, jnp.sqrt(jnp.maximum(xi2, 0)), 0)
 
@@ -207,10 +214,16 @@ def xi(alpha, n, M, delta, mask=None):
 
 
 def _bounds_from_selected(alpha, sel, M, delta, r, clip=True, printed=False, product=False):
-  dtype = alpha.dtype
+  return bounds_from_xi(_xi_from_selected(alpha, sel, M, delta, product), sel, M, r, clip,
+                        printed)
+
+
+def bounds_from_xi(xis, sel, M, r, clip=True, printed=False):
+  """Theorem 2's (lower, upper[, upper_printed]) (...) from xi (..., P) at P places and the
+  selection ``sel`` (..., P) (every key, or only the selected places: the sums are over I_N)."""
+  dtype = xis.dtype
   M = jnp.asarray(M, dtype)
   r = jnp.asarray(r, dtype)
-  xis = _xi_from_selected(alpha, sel, M, delta, product)
   n_eff = jnp.sum(sel, axis=-1)
   nf = jnp.maximum(n_eff, 1).astype(dtype)
   xi_sum = jnp.sum(xis, axis=-1)
@@ -277,11 +290,15 @@ def gram_margin(a, sel, x):
   A decision d_i < r with |d_i² − r²| above it is the same in exact arithmetic and in
   either form. a (R, L) weights (0 where not visible), sel (R, L), x (L, d).
   """
-  dtype = a.dtype
   ax = a * jnp.sqrt(jnp.sum(x * x, axis=-1))                       # (R, L) α_j |x_j|
   B = jnp.max(ax, axis=-1) + jnp.sum(jnp.where(sel, ax, 0), axis=-1)
-  k = x.shape[-1] + jnp.sum(sel, axis=-1).astype(dtype) + 4
-  return 8 * k * jnp.finfo(dtype).eps * B * B
+  return margin_from(B, jnp.sum(sel, axis=-1), x.shape[-1])
+
+
+def margin_from(B, n_sel, d: int):
+  """:func:`gram_margin` from its parts: 8·(d + |I_N| + 4)·eps·B² (B, n_sel (...))."""
+  dtype = B.dtype
+  return 8 * (d + n_sel.astype(dtype) + 4) * jnp.finfo(dtype).eps * B * B
 
 
 def row_stats(alpha, sorted_desc, visible, x, n, M, delta, *, rule: str = "strict",

@@ -91,3 +91,19 @@ def test_write_csv_equals_dictwriter(tmp_path):
     w.writerow(r)
   assert (tmp_path / "r.csv").read_text() == buf.getvalue()
   assert buf.getvalue().splitlines()[0] == "n,frac,lower,upper,note"
+
+
+def test_git_commit_asks_git_once_per_process(monkeypatch):
+  calls = []
+  real = res.subprocess.run
+
+  def counted(*args, **kwargs):
+    calls.append(args)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(res.subprocess, "run", counted)
+  monkeypatch.setattr(res, "_GIT_COMMIT", {})
+  first = res.git_commit()
+  assert res.git_commit() == first and res.env_info()["git_commit"] == first
+  assert len(calls) == 1
+  assert first == res._ask_git_commit()

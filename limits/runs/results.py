@@ -228,7 +228,18 @@ def prepare_out_dir(out_dir: str | os.PathLike | None, experiment: str, *,
 
 
 def git_commit() -> str | None:
-  """The commit of the checkout limits/ lives in, or None outside a git checkout."""
+  """The commit of the checkout limits/ lives in, or None outside a git checkout; asked of git
+  once per process (a run writes results.json up to dozens of times, each a ``git`` process
+  before), so every write of a run records the commit its code was started from."""
+  if "commit" not in _GIT_COMMIT:
+    _GIT_COMMIT["commit"] = _ask_git_commit()
+  return _GIT_COMMIT["commit"]
+
+
+_GIT_COMMIT: dict[str, str | None] = {}
+
+
+def _ask_git_commit() -> str | None:
   try:
     out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=5)

@@ -110,6 +110,8 @@ def test_smollm2_tokenizer_and_config_from_the_cache_equal_the_parse(cache, pars
   assert parses == {"config": 1, "tokenizer": 1}  # both from the entry
   assert cached_config == config and repr(cached_config) == repr(config)
   assert cached_tok.vocab_size == tok.vocab_size == 49152
+  assert cached_tok._backend is None  # the vocabulary size alone builds no backend
+  assert cached_tok.backend.get_vocab_size(with_added_tokens=True) == 49152
   assert cached_tok.encode(text) == tok.encode(text)
   assert cached_tok.backend.to_str() == tok.backend.to_str()
   ids = tok.encode(text)

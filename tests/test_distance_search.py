@@ -101,3 +101,59 @@ def test_float32_search_stats_equal_the_full_kernel():
   for name in READ[1:]:
     np.testing.assert_allclose(getattr(new, name), getattr(ref, name), rtol=1e-5,
                                err_msg=name)
+
+
+def test_search_blocks_edge():
+  assert search.search_blocks(search.SEARCH_BLOCKS_FROM - 1) == 1
+  assert search.search_blocks(search.SEARCH_BLOCKS_FROM) == 4
+
+
+def _random_model():
+  from limits.distance import model as distance_model
+  from limits.models import gpt2
+
+  config = gpt2.Config(n_layer=2, n_head=3, n_embd=24, n_positions=160, vocab_size=50)
+  params = gpt2.init_params(jax.random.key(3), config, dtype=np.float64)
+  return distance_model, config, params
+
+
+def test_scan_and_search_in_four_blocks_equal_the_one_block_paths(monkeypatch):
+  """Random GPT-2 (2 layers × 3 heads), 2 windows, L = 40, float64, with the 4-block threshold
+  lowered to 32 (so the small model takes the path L >= 256 takes): the scan's samples
+  (ScanSamples, 4 blocks) equal the hook path's (head_stats + PrintedExpectations, one block)
+  to 1e-10 relative, and the search's p-values and statistics with the records kept, and read
+  again (cache 0), equal the full one-block kernel's."""
+  from limits.distance import kernels
+  from limits.distance.scan import ScanSamples
+
+  distance_model, config, params = _random_model()
+  monkeypatch.setattr(search, "SEARCH_BLOCKS_FROM", 32)
+  with jax.enable_x64(True):
+    ev = distance_model.ModelEvaluator(params, config, dtype=np.float64, ks_dtype=np.float64)
+    tok = np.random.default_rng(4).integers(0, config.vocab_size, (2, 40)).astype(np.int32)
+    fast = ScanSamples(ev, tok, 39)
+    assert fast.blocks == 4 and kernels.default_blocks(40) == 1
+    ns = [1, 2, 3, 9, 10, 11, 29, 30]
+    got = fast(ns)
+    hook = distance_model.PrintedExpectations(ns)
+    st = ev.head_stats(tok, ns, bound=False, dtype=ev.ks_dtype, layer_hook=hook)
+    ref = {k: np.asarray(v) for k, v in distance_model.token_means(st).items()}
+    ref["expected_printed_output"] = hook.means()["expected_printed_output"]
+    for key in ("d_sum", "d_norm", "expected", "expected_printed_output"):
+      np.testing.assert_allclose(got[key], ref[key], rtol=1e-10, atol=1e-12, err_msg=key)
+    # the search: every block skipped somewhere (N = 29, 30, 39 count in the last block only)
+    probe = [9, 29, 30, 39]
+    full = ev.head_stats(tok, probe, bound=False, dtype=ev.ks_dtype, lean=True)
+    want = ev._ks_from_stats(full, len(probe), "sum")
+    cache = ev._build_cache(tok)
+    assert cache is not None
+    kept = ev.ks_pvalues(tok, probe, cache=cache)
+    ev.cache_bytes = 0
+    assert ev._build_cache(tok) is None
+    again = ev.ks_pvalues(tok, probe)
+    np.testing.assert_allclose(kept, want, rtol=1e-10)
+    np.testing.assert_allclose(again, want, rtol=1e-10)
+    means = distance_model.token_means(ev._cached_stats(cache, probe))
+    for key in ("d_sum", "d_norm", "expected"):
+      np.testing.assert_allclose(means[key], np.asarray(distance_model.token_means(full)[key]),
+                                 rtol=1e-10, err_msg=key)

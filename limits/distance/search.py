@@ -43,7 +43,8 @@ SEARCH_BLOCKS_FROM = 256
 
 
 def search_blocks(L: int) -> int:
-  """Causal query blocks of the search at length L: 4 from :data:`SEARCH_BLOCKS_FROM`, else 1."""
+  """Causal query blocks of Algorithm 3's search and scan (:mod:`limits.distance.scan`) at
+  length L: 4 from :data:`SEARCH_BLOCKS_FROM`, else 1."""
   return 4 if L >= SEARCH_BLOCKS_FROM else 1
 
 

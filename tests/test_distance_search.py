@@ -88,7 +88,7 @@ def test_skipped_blocks_are_the_ones_the_kernel_zeroes():
 
 
 def test_float32_search_stats_equal_the_full_kernel():
-  """float32 (the KS default), L = 256 (4 search blocks, the full kernel 1): counts exact,
+  """float32 (the KS default), L = 256 in 4 search blocks (the full kernel: 1): counts exact,
   d̃ and E within 1e-5 relative (float32 sums over up to 256 keys in another row partition)."""
   rng = np.random.default_rng(5)
   L, ns = 256, [28, 57, 199, 202, 203, 204, 205, 209]
@@ -96,7 +96,7 @@ def test_float32_search_stats_equal_the_full_kernel():
   x = rng.normal(size=(1, 2, L, 8)).astype(np.float32)
   srt = selection.sort_rows(w)
   ref = distance.layer_stats(w, x, ns, bound=False, sorted_rows=srt, lean=True)
-  new = search.search_stats(w, x, ns, sorted_rows=srt)
+  new = search.search_stats(w, x, ns, sorted_rows=srt, blocks=4)
   np.testing.assert_array_equal(new.count, ref.count)
   for name in READ[1:]:
     np.testing.assert_allclose(getattr(new, name), getattr(ref, name), rtol=1e-5,

@@ -68,6 +68,11 @@ class DistanceConfig:
                                 "float32: only a KS decision depends on it; "
                                 "tests/test_distance_fast.py shows both precisions give the same "
                                 "decisions on the embedded model).")
+  avg_x64: bool = options.option(False, "vary_length/vary_n: float64 for the passes that only "
+                                 "feed reported token averages too (E, the Jensen gap, the "
+                                 "printed E; default float32, relative error < 1e-5 of the "
+                                 "averages, tests/test_distance_avg32.py); the bound's "
+                                 "verification is float64 either way.")
   out_dir: str | None = options.out_dir("distance")
   plot: bool = options.plot("Write the figure.")
 
@@ -275,11 +280,12 @@ def run(config: DistanceConfig):
   def evaluator_on(store):  # one forward per window for every N and probe (limits.records)
     return distance_model.ModelEvaluator(
         lambda: model.params, model.config, vectors=config.vectors, inclusion=config.inclusion,
-        dtype=dtype, ks_dtype=ks_dtype,
+        dtype=dtype, ks_dtype=ks_dtype, avg_dtype=None if config.avg_x64 else np.float32,
         layer_source=lambda tok: records.iter_layers(model, tok, fields=fields, store=store))
 
   record["dtype"] = np.dtype(dtype).name
   record["ks_dtype"] = np.dtype(ks_dtype).name
+  record["avg_dtype"] = np.dtype(np.float64 if config.avg_x64 else np.float32).name
   per_head_rows, summary_rows, crit_rows = [], [], []
   # Units finished by an interrupted run of this command (limits.runs.resume): per L, and per
   # L of the critical-N search and of its scan.

@@ -95,3 +95,29 @@ def test_avg_dtype_not_narrower_is_the_compute_dtype():
       b = df.layer_stats_printed(w, x.astype(dt), [1, 5], dtype=dt, avg_dtype=avg, blocks=1)
       for p, q in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(q), np.asarray(p))
+
+
+def test_ks_order_guard_both_sides_of_its_margin():
+  """limits.distance.task.ks_order_safe: with float32 averages, a head's d̃ within
+  2·AVG32_RTOL of some head's E (here 1.5·AVG32_RTOL) sends the L back to float64; at 3·AVG32_RTOL,
+  or with float64 averages, it does not."""
+  from types import SimpleNamespace
+
+  from limits.distance.heads import HeadStats
+  from limits.distance.task import ks_order_safe
+
+  def stats(d):
+    z = np.zeros((2, 1))
+    return HeadStats(count=np.ones((2, 1), np.int32), d_sum=np.array([[d], [3.0]]),
+                     d_norm=np.array([[0.5], [0.6]]), expected=np.array([[1.0], [7.0]]),
+                     gap=z, dmax_sum=z + 9, dmax_norm=z + 9, viol_sum=z.astype(np.int32),
+                     viol_norm=z.astype(np.int32), max_ratio_sum=z, max_ratio_norm=z)
+
+  f32 = SimpleNamespace(avg_dtype=np.dtype(np.float32), dtype=np.dtype(np.float64))
+  f64 = SimpleNamespace(avg_dtype=None, dtype=np.dtype(np.float64))
+  near = 7.0 * (1 + 1.5 * df.AVG32_RTOL)  # head 0's d̃ (sum form) next to head 1's E
+  far = 7.0 * (1 + 3 * df.AVG32_RTOL)
+  assert not ks_order_safe(stats(near), f32)
+  assert ks_order_safe(stats(far), f32)
+  assert ks_order_safe(stats(near), f64)
+  assert ks_order_safe(stats(near), f32, form="norm")  # the norm form's d̃ is far from E

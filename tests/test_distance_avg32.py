@@ -33,8 +33,8 @@ def _both(w, x, ns, **kw):
 @pytest.mark.parametrize("ns, L, blocks", [([5], 96, 4), ([1, 5, 10, 20, 40], 130, 4),
                                            ([1, 3], 40, 1)])
 def test_averages_float32_within_tolerance_decisions_float64(ns, L, blocks):
-  """The averaged fields (E, ε, the three printed E) agree with float64 to AVG32_RTOL
-  relative, and do differ (the float32 path is taken: > 1e-12 somewhere); every deciding
+  """The averaged fields (E, the three printed E; ε's sum is float64) agree with float64 to
+  AVG32_RTOL relative, and do differ (the float32 path is taken: > 1e-12 somewhere); every deciding
   field equals the float64 reference (d̃ and d_max to 1e-14: the same float64 terms, summed
   from the selection order at small N; counts exactly)."""
   rng = np.random.default_rng(11)

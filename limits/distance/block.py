@@ -53,7 +53,8 @@ def block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   (:func:`.farthest.prefix_gathers`), not per N.
   avg_dtype: None (the compute dtype), or the dtype of the (R, C) passes whose results are
   only summed into reported token averages and decide nothing (:data:`limits.distance.kernels.AVERAGED`: E, the
-  Jensen gap ε, the printed E and the E with p = N/L, and their products c_all, c_mean).
+  printed E and the E with p = N/L, per N, and their products c_all, c_mean; ε's
+  N-independent sum stays in the compute dtype, its per-N factor is a scalar per row).
   Everything a decision reads stays in the compute dtype: the selection, d̃ (both forms, its
   s_N and c_N products), d_1, R_N, ᾱ_N, d_max, hence the violation counts and max ratios.
 
@@ -95,9 +96,10 @@ def block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
   q_allf = q_all.astype(fa)
   ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (R,)
   w2_tot = jnp.sum(w2, axis=-1)  # (R,)
-  if not lean:  # the Jensen gap's N-independent sum: Σ_i sqrt(Σ_j α_j²‖x_j‖² − α_i²‖x_i‖²)
-    gap_base = jnp.sum(jnp.where(vis, sqrt0(w2_tot.astype(fa)[:, None] - w2f), 0.0),
-                       axis=-1).astype(dt)  # (R,)
+  if not lean:  # the Jensen gap's N-independent sum: Σ_i sqrt(Σ_j α_j²‖x_j‖² − α_i²‖x_i‖²),
+    # in the compute dtype: one pass per block, and in float32 the difference loses digits
+    # where one key holds most of Σ α²‖x‖² (an attention sink: 2e-6 relative on SmolLM2)
+    gap_base = jnp.sum(jnp.where(vis, sqrt0(w2_tot[:, None] - w2), 0.0), axis=-1)  # (R,)
   cap = min(cap, C)
   if bound and shared is not None:
     dist2, P, I = shared["dist2"], shared.get("P"), shared.get("I")

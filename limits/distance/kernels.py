@@ -65,16 +65,16 @@ PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
 # Largest top-N served by one device ``lax.top_k`` per row; larger N (Algorithm 3's search up
 # to L − 1) use the host sort and thresholds.
 TOPK_MAX = 128
-# The token averages computed with ``avg_dtype`` (float32 in the steps, issue 27): E, the
-# Jensen gap ε and the printed E / E with p = N/L of :data:`PRINTED` (HeadStats' ``expected``
-# and ``gap``). They are reported and plotted, and compared to nothing row by row: each
+# The token averages computed with ``avg_dtype`` (float32 in the steps, issue 27): E and the
+# printed E / E with p = N/L of :data:`PRINTED` (HeadStats' ``expected``; the Jensen gap ε's
+# N-independent sum stays in the compute dtype, :mod:`limits.distance.block`). They are reported and plotted, and compared to nothing row by row: each
 # per-row term carries a relative error of a few float32 ulp (~1e-7), and the token averages
 # of SmolLM2 at L = 1,024 (layers 0 and 20, float32 vs float64) differ by <= 1.1e-8 relative;
 # AVG32_RTOL, ~100× that, is the tolerance tests/test_distance_avg32.py holds them to, far
 # below the margins the claims read them with (linear fits, plateau ratios: >= 1e-2). The one
 # order a per-head E enters, the KS test of the vary steps' summary, is guarded by
 # :func:`limits.distance.task.ks_order_safe` (float64 again within 2·AVG32_RTOL).
-AVERAGED = ("expected", "gap") + PRINTED
+AVERAGED = ("expected",) + PRINTED
 AVG32_RTOL = 1e-6
 
 
@@ -372,7 +372,7 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
     lean: the Jensen gap (``gap``) is left 0: for callers that read only d̃ and E (Algorithm
       3's KS search), one pass over the rows per N less.
     avg_dtype: a dtype narrower than ``dtype`` (float32) for the passes that only feed
-      reported token averages (:data:`AVERAGED`: E and ε); device path only (max(ns) <=
+      reported token averages (:data:`AVERAGED`: E); device path only (max(ns) <=
       TOPK_MAX, no ``sorted_rows``). None: everything in ``dtype``.
   Returns:
     HeadStats with fields (B, H, K) (NumPy arrays).

@@ -97,7 +97,7 @@ class ModelEvaluator:
   use (a step whose records are all on disk then never loads the weights: dequantizing
   SmolLM2's GGUF costs ~2-4 s per step).
   ``avg_dtype`` (None: ``dtype``; float32 in the steps): the precision of the passes of
-  :meth:`head_stats` that only feed reported token averages (E, ε, the printed E:
+  :meth:`head_stats` that only feed reported token averages (E, the printed E:
   :data:`limits.distance.kernels.AVERAGED`); what the bound's verification reads stays in
   ``dtype``.
   """

@@ -69,8 +69,8 @@ class DistanceConfig:
                                 "tests/test_distance_fast.py shows both precisions give the same "
                                 "decisions on the embedded model).")
   avg_x64: bool = options.option(False, "vary_length/vary_n: float64 for the passes that only "
-                                 "feed reported token averages too (E, the Jensen gap, the "
-                                 "printed E; default float32, relative error < 1e-5 of the "
+                                 "feed reported token averages too (E and the printed E; "
+                                 "default float32, relative error < 1e-6 of the "
                                  "averages, tests/test_distance_avg32.py); the bound's "
                                  "verification is float64 either way.")
   out_dir: str | None = options.out_dir("distance")

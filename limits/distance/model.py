@@ -97,11 +97,15 @@ class ModelEvaluator:
   ``params`` is the parameter pytree or a zero-argument callable returning it, called on first
   use (a step whose records are all on disk then never loads the weights: dequantizing
   SmolLM2's GGUF costs ~2-4 s per step).
+  ``avg_dtype`` (None: ``dtype``; float32 in the steps): the precision of the passes of
+  :meth:`head_stats` that only feed reported token averages (E, the printed E:
+  :data:`limits.distance.kernels.AVERAGED`); what the bound's verification reads stays in
+  ``dtype``.
   """
 
   def __init__(self, params, config, *, vectors: str = "value",
                inclusion: str = "n_over_l_minus_1", dtype=np.float64, ks_dtype=np.float32,
-               cache_bytes: int = 3 << 30, layer_source=None):
+               cache_bytes: int = 3 << 30, layer_source=None, avg_dtype=None):
     if vectors not in VECTORS:
       raise LimitsError(f"--vectors={vectors!r} is not one of {VECTORS}")
     check_inclusion(inclusion)
@@ -110,6 +114,7 @@ class ModelEvaluator:
     self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
     self.ks_dtype = np.dtype(ks_dtype) if ks_dtype is not None else self.dtype
     self.cache_bytes = cache_bytes
+    self.avg_dtype = None if avg_dtype is None else np.dtype(avg_dtype)
     self.layer_source = layer_source
 
   @property
@@ -158,11 +163,12 @@ class ModelEvaluator:
       for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
         if folded:
           hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                          dtype=dtype, window=win)
+                                          dtype=dtype, window=win, avg_dtype=self.avg_dtype)
           layer_hook.add(w, {k: v[0] for k, v in means.items()})
         else:
           hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype,
-                           window=win, lean=lean)
+                           window=win, lean=lean,
+                           avg_dtype=None if lean else self.avg_dtype)  # KS: no
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.distance.kernels import layer_stats, layer_stats_printed, on_device
+from limits.distance.search import search_stats
 from limits.selection import sort_rows
 from limits.distance.heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance.rows import check_form, check_inclusion
@@ -190,11 +191,12 @@ class ModelEvaluator:
     check_form(form)
     ns = [int(n) for n in ns]
     padded = ns + [ns[-1]] * max(0, (pad_to or len(ns)) - len(ns))  # fixed K: one compile
-    if cache is None:
-      st = self.head_stats(tokens, padded, bound=False, dtype=self.ks_dtype, lean=True)
-    else:
-      st = self._cached_stats(cache, padded)
-    return self._ks_from_stats(st, len(ns), form)
+    if cache is None:  # records read (or computed) again, one layer at a time
+      tokens = jnp.asarray(tokens, jnp.int32)
+      cache = ([(wts, x, None, win) for wts, x, win in self._layers(tokens[w:w + 1],
+                                                                     self.ks_dtype)]
+               for w in range(tokens.shape[0]))
+    return self._ks_from_stats(self._cached_stats(cache, padded), len(ns), form)
 
   def _build_cache(self, tokens):
     """[(window, [(weights, x, sorted rows, sliding window) per layer])] in ks_dtype, or None
@@ -211,11 +213,13 @@ class ModelEvaluator:
             for w in range(W)]
 
   def _cached_stats(self, cache, ns):
+    """HeadStats of the search's Ns summed over the windows: per layer
+    :func:`limits.distance.search.search_stats` (each causal block only for the Ns its rows
+    count; rows sorted here where ``srt`` is None)."""
     total = None
     for layers in cache:
-      parts = [jax.tree.map(lambda v: v[0], layer_stats(wts, x, ns, inclusion=self.inclusion,
-                                                        bound=False, sorted_rows=srt,
-                                                        window=win, lean=True))
+      parts = [jax.tree.map(lambda v: v[0], search_stats(wts, x, ns, inclusion=self.inclusion,
+                                                         sorted_rows=srt, window=win))
                for wts, x, srt, win in layers]
       st = concat_heads(parts)
       total = st if total is None else combine(total, st)

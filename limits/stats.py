@@ -24,7 +24,6 @@ scan can refute and nothing here proves.
 
 from __future__ import annotations
 
-import sys
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -48,22 +47,6 @@ def ks_2samp(a, b) -> KSResult:
 
   r = scipy.stats.ks_2samp(a, b)
   return KSResult(float(r.statistic), float(r.pvalue))
-
-
-def preload() -> None:
-  """Imports ``scipy.stats`` (which :func:`ks_2samp` needs) on a daemon thread: a run whose KS
-  tests come at the end calls this when it starts, so the import (~1-1.5 CPU s: scipy parses
-  its docstrings at import) overlaps its computation (XLA releases the GIL while it runs)
-  instead of adding to its wall time. Idempotent and safe to skip: :func:`ks_2samp`'s own
-  import waits for the import lock. Changes no number."""
-  import importlib
-  import threading
-
-  if getattr(preload, "_started", False) or "scipy.stats" in sys.modules:
-    return
-  preload._started = True
-  threading.Thread(target=importlib.import_module, args=("scipy.stats",), daemon=True,
-                   name="scipy-stats-preload").start()
 
 
 def indistinguishable(pvalue: float, alpha: float) -> bool:

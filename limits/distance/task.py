@@ -293,9 +293,6 @@ def run(config: DistanceConfig):
   ns = ns_for(config, lengths)
   out_dir = res.prepare_out_dir(config.out_dir, EXPERIMENT)
   record = res.config_record(config)
-  from limits import plotting
-
-  plotting.preload()  # the figure is drawn at the end: the import overlaps the computation
   record.update({"lengths_used": lengths, "ns_used": ns, "model_info": model.info()})
   # Windows first (cheap), so a too-short corpus fails before any compute.
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,

@@ -321,9 +321,6 @@ def run(config: VanishingConfig):
   tokens_by_l = {L: sources.corpus_windows(model, L, config.windows, text=config.text,
                                            data_dir=config.data_dir) for L in lengths}
   out_dir = res.prepare_out_dir(config.out_dir, EXPERIMENT)
-  from limits import plotting
-
-  plotting.preload()  # the figure is drawn at the end: the import overlaps the computation
   record = res.config_record(config)
   record.update({"lengths_used": lengths, "model_info": model.info(),
                  "temperature": model.native_temperature})

@@ -31,6 +31,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ or os.environ.get("LIMITS_TEST_
 # the compilation cache, never the user's ~/.cache (tests/test_sources.py covers the cache).
 os.environ.setdefault("LIMITS_TOKEN_CACHE", str(
     Path(__file__).resolve().parent.parent / ".cache" / "tokens-tests"))
+# Likewise the GGUF header cache (limits.models.gguf_cache; tests/test_gguf_cache.py).
+os.environ.setdefault("LIMITS_GGUF_CACHE", str(
+    Path(__file__).resolve().parent.parent / ".cache" / "gguf-tests"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 

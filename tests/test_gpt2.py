@@ -159,24 +159,64 @@ def _lxl_arrays():
   return {id(a): a for a in jax.live_arrays() if a.shape == (2, CONFIG.n_head, L, L)}
 
 
-def test_iter_layers_matches_forward_and_holds_one_layer(params, tokens, full):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_iter_layers_matches_forward_and_holds_one_layer(params, tokens, full, ahead):
   before = _lxl_arrays()
-  seen = []
-  for i, rec in models.iter_layers(params, tokens, CONFIG):
+  seen, prev = [], None
+  for i, rec in models.iter_layers(params, tokens, CONFIG, ahead=ahead):
     seen.append(i)
     # While the caller holds this record, the only new (B, H, L, L) arrays alive are its own
-    # scores and weights: no other layer's L×L arrays are kept by the generator.
-    new = set(_lxl_arrays()) - set(before)
-    assert new == {id(rec.scores), id(rec.weights)}, (i, len(new))
+    # scores and weights, and with ``ahead`` the next layer's (dispatched, not yet yielded):
+    # no other layer's L×L arrays are kept by the generator.
+    new = set(_lxl_arrays()) - set(before) - {id(rec.scores), id(rec.weights)}
+    assert len(new) == (2 if ahead and i < CONFIG.n_layer - 1 else 0), (i, len(new))
     assert rec.window is None and full.attn.window is None  # GPT-2 has no sliding windows
     for name in (f for f in rec._fields if f != "window"):
       # Same float32 ops, compiled as one step instead of inside a scan: 1e-5.
       np.testing.assert_allclose(getattr(rec, name), getattr(full.attn, name)[i], atol=1e-5,
                                  rtol=1e-5, err_msg=f"layer {i} {name}")
+    if prev is not None:  # the previous layer's records were released by the generator
+      assert prev not in set(_lxl_arrays()), i
+    prev = id(rec.weights)
     del rec
   assert seen == [0, 1, 2]
-  sub = [i for i, _ in models.iter_layers(params, tokens, CONFIG, layers=[1])]
+  sub = [i for i, _ in models.iter_layers(params, tokens, CONFIG, layers=[1], ahead=ahead)]
   assert sub == [1]
+
+
+def test_iter_layers_ahead_same_records_and_default_by_size(params, tokens, monkeypatch):
+  """``ahead`` changes when layer i+1 is dispatched, not what it computes: bit-identical
+  records; by default it is on exactly when one layer's (H, L, L) weights and scores fit
+  ``AHEAD_BYTES`` (both sides of the boundary), seen from the order of dispatches and
+  yields."""
+  plain = [(i, {f: np.asarray(getattr(r, f)) for f in r._fields if f != "window"})
+           for i, r in models.iter_layers(params, tokens, CONFIG, ahead=False)]
+  early = [(i, {f: np.asarray(getattr(r, f)) for f in r._fields if f != "window"})
+           for i, r in models.iter_layers(params, tokens, CONFIG, ahead=True)]
+  assert [i for i, _ in plain] == [i for i, _ in early]
+  for (i, a), (_, b) in zip(plain, early):
+    for f in a:
+      np.testing.assert_array_equal(a[f], b[f], err_msg=f"layer {i} {f}")
+
+  log = []
+  step = engine._layer_step
+
+  def logged(*args, **kwargs):
+    log.append(("step", int(args[1])))
+    return step(*args, **kwargs)
+
+  monkeypatch.setattr(engine, "_layer_step", logged)
+  need = engine.record_bytes(CONFIG, L) * tokens.shape[0]
+  for limit, ahead in ((need, True), (need - 1, False)):
+    monkeypatch.setattr(engine, "AHEAD_BYTES", limit)
+    log.clear()
+    for i, _ in models.iter_layers(params, tokens, CONFIG):
+      log.append(("yield", i))
+    if ahead:  # layer i+1 dispatched before layer i is yielded
+      want = [("step", 0), ("step", 1), ("yield", 0), ("step", 2), ("yield", 1), ("yield", 2)]
+    else:
+      want = [("step", 0), ("yield", 0), ("step", 1), ("yield", 1), ("step", 2), ("yield", 2)]
+    assert log == want, (limit, log)
 
 
 @pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax"])

@@ -54,7 +54,8 @@ from jax import lax
 
 from limits.distance import farthest
 from limits.distance.heads import HeadStats, reduce_rows
-from limits.distance.rows import RowStats, check_inclusion, sqrt0
+from limits.distance.block import block_rows as _block_rows, block_visible
+from limits.distance.rows import RowStats, check_inclusion
 from limits.errors import LimitsError
 from limits.selection import (ranks_from_top, select_thresholds, sort_rows,
                               thresholds_from_sorted, top_k_rows)
@@ -64,158 +65,17 @@ PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
 # Largest top-N served by one device ``lax.top_k`` per row; larger N (Algorithm 3's search up
 # to L − 1) use the host sort and thresholds.
 TOPK_MAX = 128
-
-
-def block_visible(lo: int, R: int, C: int, window: int = 0):
-  """(R, C) bool: key j visible from query lo + r (causal, and j > query − W when W > 0)."""
-  kpos = jnp.arange(C)[None, :]
-  qpos = (lo + jnp.arange(R))[:, None]
-  vis = kpos <= qpos
-  return vis & (kpos > qpos - window) if window else vis
-
-
-def _block_rows(a, x, select, ns, lo, *, cap: int, inclusion: str, bound: bool,
-                row_block: int, top_idx=None, printed: bool = False, window: int = 0,
-                lean: bool = False, shared=None, rank=None):
-  """RowStats (R, K) of the queries lo … lo + R − 1 of one head (Theorem 1, matrix form), and
-  with ``printed`` the per-row printed E (both x̄ readings) and the E with p = N/L, (R, K, 3).
-
-  a: (R, C) their causal weights over the keys 0 … C − 1 they can see (C = lo + R: a causal
-  block reads only its prefix); x: (C, d); select(k) → (R, C) the mask of I_N for N = ns[k]
-  (k traced); ns: (K,); cap: static upper bound of the N values (the size of the d_1 gather).
-  top_idx: None (d_1 by the gather) or (R, k) the keys of each row in selection order (d_1
-  from the prefix maxima, :func:`.farthest.d1_sq_prefix`). The per-N body is traced once and
-  looped over the K values of N (``lax.map``): its compile time does not grow with K.
-  window: static W > 0 for a sliding-window layer (0 = global). lean (static, Algorithm 3's scan): only what its KS
-  samples read (d̃ both forms, E, the printed E with x̄ = Σ α_j x_j); the Jensen gap, the
-  x̄ = mean reading and the E with p = N/L are left 0.
-  shared: None, or what does not depend on the block, computed once per head over all L keys
-  (:func:`_head_shared`) and cut to this block: ``n2`` (C,), ``dist2`` (C, C), ``P``, ``I``
-  (R, C) (with ``bound``), ``xcum`` (R, d) the prefix sums of x (printed, global layers).
-  rank: with ``top_idx``, (R, C) the rank of each key in that order (``select(k)`` is
-  ``vis & (rank < ns[k])``): the gathers of d_1 that do not depend on N are then done once
-  (:func:`.farthest.prefix_gathers`), not per N.
-
-  Forms that save a pass over (R, C) per N (same values up to rounding, a few ulp per term):
-  the Jensen gap's sqrt(p(1 − p)·r·(Σα²‖x‖² − α_i²‖x_i‖²)) factors as sqrt(p(1 − p)·r) times
-  a sum computed once; the d_max spread Σ_{i∉I_N}|ᾱ_N − α_i| is ᾱ_N·|rest| − (m − ᾱ_N) when
-  every visible weight of the block is >= 0 (then ᾱ_N >= each non-selected α_i, Lemma: ᾱ_N
-  sums the N largest; else the pass).
-  """
-  R, C = a.shape
-  dt = a.dtype
-  vis = block_visible(lo, R, C, window)  # (R, C)
-  a = jnp.where(vis, a, 0.0)
-  t = jnp.sum(vis, axis=-1).astype(dt)  # (R,) visible keys per query: min(t + 1, W)
-  n2 = jnp.sum(x * x, axis=-1) if shared is None else shared["n2"]  # (C,)
-  w2 = a * a * n2[None, :]  # (R, C) α_i²‖x_i‖²
-  m = jnp.sum(a, axis=-1)  # (R,) row mass
-  s_all = a @ x  # (R, d)
-  c_all = s_all @ x.T  # (R, C) ⟨x_i, s_all⟩
-  q_all = jnp.sum(s_all * s_all, axis=-1)  # (R,)
-  ratio = jnp.where(t > 2, (t - 1.0) / jnp.maximum(t - 2.0, 1.0), 0.0)  # (R,)
-  w2_tot = jnp.sum(w2, axis=-1)  # (R,)
-  if not lean:  # the Jensen gap's N-independent sum: Σ_i sqrt(Σ_j α_j²‖x_j‖² − α_i²‖x_i‖²)
-    gap_base = jnp.sum(jnp.where(vis, sqrt0(w2_tot[:, None] - w2), 0.0), axis=-1)  # (R,)
-  cap = min(cap, C)
-  if bound and shared is not None:
-    dist2, P, I = shared["dist2"], shared.get("P"), shared.get("I")
-  elif bound:
-    dist2 = farthest.dist2(x, n2)  # (C, C) ‖x_j − x_i‖²
-    if top_idx is not None:
-      P, I = (v[lo:] for v in farthest.prefix_maxima(dist2))  # (R, C) each
-  if printed and not lean:  # limits.distance.printed.head_expectations, same s, c and block
-    if window:  # the mean of the query's window
-      xm = (vis.astype(dt) @ x) / t[:, None]  # (R, d)
-    else:
-      xcum = jnp.cumsum(x, axis=0)[lo:] if shared is None else shared["xcum"]
-      xm = xcum / t[:, None]  # (R, d) prefix mean per query
-    c_mean = xm @ x.T  # (R, C) ⟨x_i, x̄_t⟩
-    q_mean = jnp.sum(xm * xm, axis=-1)
-  pre = None
-  if bound and top_idx is not None:
-    k_top = top_idx.shape[-1]
-    if P is None:  # d_1 directly from the selected keys' rows (farthest.d1_sq_top)
-      pre = {"vis_idx": jnp.take_along_axis(vis, top_idx, -1), "n2_idx": n2[top_idx]}
-    else:
-      pre = farthest.prefix_gathers(top_idx, P, I, vis, rank, n2)  # (R, k) each, once
-    nonneg = jnp.all(~vis | (a >= 0))  # every visible weight >= 0: the spread's closed form
-  if printed:
-
-    def printed_sum(coef, c, q):  # coef (R, C) = α_i + N/(L_t − 1)
-      terms = coef * coef * n2[None, :] - 2.0 * coef * c + q[:, None]
-      return jnp.sum(jnp.where(vis, sqrt0(terms), 0.0), axis=-1)  # (R,)
-
-  def per_n(k):  # one N: the (R,) columns of RowStats and the (R, 3) printed E
-    n = ns[k].astype(dt)
-    sel = select(k)  # (R, C)
-    rest = vis & ~sel
-    a_sel = jnp.where(sel, a, 0.0)
-    s = a_sel @ x  # (R, d)
-    c = s @ x.T  # (R, C)
-    s2 = jnp.sum(s * s, axis=-1)  # (R,)
-    d_sum = jnp.sum(jnp.where(rest, sqrt0(w2 - 2.0 * a * c + s2[:, None]), 0.0), axis=-1)
-    u = s_all - 2.0 * s  # Σ_{rest} α_i x_i − s
-    d_norm = sqrt0(jnp.sum(u * u, axis=-1))
-    alpha_bar = jnp.sum(a_sel, axis=-1)
-    if inclusion == "n_over_l_minus_1":
-      p = n / jnp.maximum(t - 1.0, 1.0)
-    else:
-      p = n / t
-    p = jnp.clip(p, 0.0, 1.0)  # (R,)
-    pref = (t - n) / t  # (R,)
-    pk = p[:, None]  # (R, 1)
-    e_terms = (1 + pk) ** 2 * w2 - 2 * pk * (1 + pk) * a * c_all + pk * pk * q_all[:, None]
-    expected = pref * jnp.sum(jnp.where(vis, sqrt0(e_terms), 0.0), axis=-1)
-    if lean:
-      gap = jnp.zeros_like(d_sum)
-    else:
-      gap = pref * sqrt0(p * (1 - p) * ratio) * gap_base
-    if bound:
-      if top_idx is None:
-        r_n = sqrt0(jnp.max(jnp.where(sel, n2[None, :], 0.0), axis=-1))
-        d1 = sqrt0(farthest.d1_sq_gather(sel, rest, dist2, cap=cap, row_block=row_block))
-        spread = jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1)
-      else:  # R_N over the (R, k) selection order: the same maximum, no (R, C) pass
-        in_n = pre["vis_idx"] & (jnp.arange(k_top)[None, :] < ns[k])  # (R, k) = sel at idx
-        r_n = sqrt0(jnp.max(jnp.where(in_n, pre["n2_idx"], 0.0), axis=-1))
-        if P is None:
-          d1 = sqrt0(farthest.d1_sq_top(dist2, top_idx, in_n, rest))
-        else:
-          d1 = sqrt0(farthest.d1_sq_prefix(sel, rest, dist2, top_idx, P, I, in_n=in_n,
-                                           pre=pre, n=ns[k]))
-        n_rest = t - jnp.sum(in_n, axis=-1).astype(dt)  # (R,) visible keys not selected
-        spread = lax.cond(
-            nonneg, lambda: alpha_bar * n_rest - (m - alpha_bar),
-            lambda: jnp.sum(jnp.where(rest, jnp.abs(alpha_bar[:, None] - a), 0.0), axis=-1))
-      dmax_sum = (m - alpha_bar) * d1 + r_n * spread
-      dmax_norm = (m - alpha_bar) * d1 + jnp.abs(m - 2.0 * alpha_bar) * r_n
-    else:
-      d1 = r_n = dmax_sum = dmax_norm = jnp.zeros_like(d_sum)
-    cols = (d_sum, d_norm, expected, gap, dmax_sum, dmax_norm, alpha_bar, d1, r_n)
-    if not printed:
-      return cols, None
-    coef = a + (n / jnp.maximum(t - 1.0, 1.0))[:, None]
-    if lean:
-      zero = jnp.zeros_like(d_sum)
-      return cols, pref[:, None] * jnp.stack([printed_sum(coef, c_all, q_all), zero, zero], -1)
-    pl = jnp.clip(n / t, 0.0, 1.0)[:, None]  # (R, 1) N/L_t
-    nl_terms = (1 + pl) ** 2 * w2 - 2 * pl * (1 + pl) * a * c_all + pl * pl * q_all[:, None]
-    extra = pref[:, None] * jnp.stack(
-        [printed_sum(coef, c_all, q_all), printed_sum(coef, c_mean, q_mean),
-         jnp.sum(jnp.where(vis, sqrt0(nl_terms), 0.0), axis=-1)], axis=-1)  # (R, 3)
-    return cols, extra
-
-  if ns.shape[0] == 1:  # one N (Algorithm 1): no loop
-    cols, extra = jax.tree.map(lambda v: v[None], per_n(0))
-  else:
-    cols, extra = lax.map(per_n, jnp.arange(ns.shape[0]))  # each (K, R); extra (K, R, 3)
-  counted = t[:, None] > ns[None, :].astype(dt)  # (R, K)
-  fields = [jnp.where(counted, f.T, 0.0) for f in cols]  # each (R, K)
-  rows = RowStats(counted, *fields)
-  if not printed:
-    return rows, None
-  return rows, jnp.where(counted[..., None], jnp.swapaxes(extra, 0, 1), 0.0)  # (R, K, 3)
+# The token averages computed with ``avg_dtype`` (float32 in the steps, issue 27): E and the
+# printed E / E with p = N/L of :data:`PRINTED` (HeadStats' ``expected``; the Jensen gap ε's
+# N-independent sum stays in the compute dtype, :mod:`limits.distance.block`). They are reported and plotted, and compared to nothing row by row: each
+# per-row term carries a relative error of a few float32 ulp (~1e-7), and the token averages
+# of SmolLM2 at L = 1,024 (layers 0 and 20, float32 vs float64) differ by <= 1.1e-8 relative;
+# AVG32_RTOL, ~100× that, is the tolerance tests/test_distance_avg32.py holds them to, far
+# below the margins the claims read them with (linear fits, plateau ratios: >= 1e-2). The one
+# order a per-head E enters, the KS test of the vary steps' summary, is guarded by
+# :func:`limits.distance.task.ks_order_safe` (float64 again within 2·AVG32_RTOL).
+AVERAGED = ("expected",) + PRINTED
+AVG32_RTOL = 1e-6
 
 
 def _head_shared(x, *, bound: bool, printed: bool, window: int, prefix: bool = True):
@@ -344,10 +204,10 @@ def layer_top(weights, ns, *, kmax: int, blocks: int = 4, window: int = 0,
 
 
 @functools.partial(jax.jit, static_argnames=("kmax", "inclusion", "bound", "blocks",
-                                             "printed", "dtype", "window", "lean"))
+                                             "printed", "dtype", "window", "lean", "avg_dtype"))
 def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_1",
                  bound: bool = True, blocks: int = 4, printed: bool = False, dtype=None,
-                 window: int = 0, top=None, lean: bool = False):
+                 window: int = 0, top=None, lean: bool = False, avg_dtype=None):
   """Device path, everything under jit: (HeadStats (G, K), printed sums (G, K, 3) or None).
 
   weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
@@ -360,7 +220,8 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
   top: the selection order from :func:`layer_top` (same kmax, or ``width=kmax``; blocks,
   window), reused instead of selecting again; a padded order (``width``) with ``bound=False``
-  only. lean: see :func:`_block_rows` (Algorithm 3's scan).
+  only. lean: see :func:`_block_rows` (Algorithm 3's scan). avg_dtype (static): the dtype of
+  the averaged-only passes (:data:`AVERAGED`, :func:`_block_rows`); None = ``dtype``.
   """
   if top is not None and bound:
     raise ValueError("layer_kernel: a kept selection order (top) serves bound=False only")
@@ -382,7 +243,8 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
       parts.append(_block_rows(ab.astype(dtype), xh[:hi], select, ns, lo, cap=kmax,
                                inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
                                printed=printed, window=window, lean=lean,
-                               shared=_cut(shared, lo, hi), rank=rank))
+                               shared=_cut(shared, lo, hi), rank=rank,
+                               avg_dtype=avg_dtype, top_s=tops is None and not lean))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x, top))
@@ -443,8 +305,16 @@ def check_window(window) -> int:
   return w
 
 
+def _avg_name(avg_dtype, compute):
+  """The averaged-only passes' dtype for layer_kernel: None unless narrower than compute."""
+  if avg_dtype is None:
+    return None
+  avg = jnp.dtype(avg_dtype)
+  return avg.name if avg.itemsize < compute.itemsize else None
+
+
 def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed, window=0,
-         lean=False):
+         lean=False, avg_dtype=None):
   check_inclusion(inclusion)
   window = check_window(window)
   ns = [int(n) for n in ns]
@@ -457,7 +327,7 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
     out = layer_kernel(wj, xj, nsj, kmax=min(max(ns), L), inclusion=inclusion, bound=bound,
                        blocks=default_blocks(L) if blocks is None else int(blocks),
                        printed=printed, dtype=compute.name, window=window,
-                       lean=lean and not printed)
+                       lean=lean and not printed, avg_dtype=_avg_name(avg_dtype, compute))
   else:
     w, x, ns = _prepare(weights, x, ns, dtype)
     B, H, L, _ = w.shape
@@ -481,7 +351,7 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
 def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                 bound: bool = True, dtype=None, sorted_rows=None,
                 blocks: int | None = None, window: int | None = 0,
-                lean: bool = False) -> HeadStats:
+                lean: bool = False, avg_dtype=None) -> HeadStats:
   """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
 
   Args:
@@ -501,23 +371,29 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
       tokens of the row; 0 or None for a global (causal) layer.
     lean: the Jensen gap (``gap``) is left 0: for callers that read only d̃ and E (Algorithm
       3's KS search), one pass over the rows per N less.
+    avg_dtype: a dtype narrower than ``dtype`` (float32) for the passes that only feed
+      reported token averages (:data:`AVERAGED`: E); device path only (max(ns) <=
+      TOPK_MAX, no ``sorted_rows``). None: everything in ``dtype``.
   Returns:
     HeadStats with fields (B, H, K) (NumPy arrays).
   """
   st, _ = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window, lean=lean)
+               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window, lean=lean,
+               avg_dtype=avg_dtype)
   return st
 
 
 def layer_stats_printed(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                         bound: bool = True, dtype=None, blocks: int | None = None,
-                        window: int | None = 0):
+                        window: int | None = 0, avg_dtype=None):
   """:func:`layer_stats` and, from the same kernel (shared s, c and causal blocks), the token
   averages of the printed E and of the E with p = N/L (:func:`limits.distance.printed.head_expectations`
   averaged over counted queries): ``(HeadStats (B, H, K), {name in PRINTED: (B, H, K)})``.
-  ``window``: as in :func:`layer_stats` (x̄ is then the mean of the query's window)."""
+  ``window``, ``avg_dtype``: as in :func:`layer_stats` (x̄ is then the mean of the query's
+  window; the printed E are averaged-only: :data:`AVERAGED`)."""
   st, sums = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-                  sorted_rows=None, blocks=blocks, printed=True, window=window)
+                  sorted_rows=None, blocks=blocks, printed=True, window=window,
+                  avg_dtype=avg_dtype)
   cnt = st.count.astype(np.float64)
   means = {name: np.where(cnt > 0, sums[..., i] / np.maximum(cnt, 1), np.nan)
            for i, name in enumerate(PRINTED)}

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.distance.kernels import layer_stats, layer_stats_printed, on_device
+from limits.distance.search import search_stats
 from limits.selection import sort_rows
 from limits.distance.heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance.rows import check_form, check_inclusion
@@ -96,11 +97,15 @@ class ModelEvaluator:
   ``params`` is the parameter pytree or a zero-argument callable returning it, called on first
   use (a step whose records are all on disk then never loads the weights: dequantizing
   SmolLM2's GGUF costs ~2-4 s per step).
+  ``avg_dtype`` (None: ``dtype``; float32 in the steps): the precision of the passes of
+  :meth:`head_stats` that only feed reported token averages (E, the printed E:
+  :data:`limits.distance.kernels.AVERAGED`); what the bound's verification reads stays in
+  ``dtype``.
   """
 
   def __init__(self, params, config, *, vectors: str = "value",
                inclusion: str = "n_over_l_minus_1", dtype=np.float64, ks_dtype=np.float32,
-               cache_bytes: int = 3 << 30, layer_source=None):
+               cache_bytes: int = 3 << 30, layer_source=None, avg_dtype=None):
     if vectors not in VECTORS:
       raise LimitsError(f"--vectors={vectors!r} is not one of {VECTORS}")
     check_inclusion(inclusion)
@@ -109,6 +114,7 @@ class ModelEvaluator:
     self.dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
     self.ks_dtype = np.dtype(ks_dtype) if ks_dtype is not None else self.dtype
     self.cache_bytes = cache_bytes
+    self.avg_dtype = None if avg_dtype is None else np.dtype(avg_dtype)
     self.layer_source = layer_source
 
   @property
@@ -157,11 +163,12 @@ class ModelEvaluator:
       for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
         if folded:
           hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                          dtype=dtype, window=win)
+                                          dtype=dtype, window=win, avg_dtype=self.avg_dtype)
           layer_hook.add(w, {k: v[0] for k, v in means.items()})
         else:
           hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype,
-                           window=win, lean=lean)
+                           window=win, lean=lean,
+                           avg_dtype=None if lean else self.avg_dtype)  # KS: no
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)
@@ -184,11 +191,12 @@ class ModelEvaluator:
     check_form(form)
     ns = [int(n) for n in ns]
     padded = ns + [ns[-1]] * max(0, (pad_to or len(ns)) - len(ns))  # fixed K: one compile
-    if cache is None:
-      st = self.head_stats(tokens, padded, bound=False, dtype=self.ks_dtype, lean=True)
-    else:
-      st = self._cached_stats(cache, padded)
-    return self._ks_from_stats(st, len(ns), form)
+    if cache is None:  # records read (or computed) again, one layer at a time
+      tokens = jnp.asarray(tokens, jnp.int32)
+      cache = ([(wts, x, None, win) for wts, x, win in self._layers(tokens[w:w + 1],
+                                                                     self.ks_dtype)]
+               for w in range(tokens.shape[0]))
+    return self._ks_from_stats(self._cached_stats(cache, padded), len(ns), form)
 
   def _build_cache(self, tokens):
     """[(window, [(weights, x, sorted rows, sliding window) per layer])] in ks_dtype, or None
@@ -205,11 +213,13 @@ class ModelEvaluator:
             for w in range(W)]
 
   def _cached_stats(self, cache, ns):
+    """HeadStats of the search's Ns summed over the windows: per layer
+    :func:`limits.distance.search.search_stats` (each causal block only for the Ns its rows
+    count; rows sorted here where ``srt`` is None)."""
     total = None
     for layers in cache:
-      parts = [jax.tree.map(lambda v: v[0], layer_stats(wts, x, ns, inclusion=self.inclusion,
-                                                        bound=False, sorted_rows=srt,
-                                                        window=win, lean=True))
+      parts = [jax.tree.map(lambda v: v[0], search_stats(wts, x, ns, inclusion=self.inclusion,
+                                                         sorted_rows=srt, window=win))
                for wts, x, srt, win in layers]
       st = concat_heads(parts)
       total = st if total is None else combine(total, st)

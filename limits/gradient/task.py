@@ -291,9 +291,6 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   ``fold_in(k_dir, first index)``), so the results equal an uninterrupted run's.
   """
   k_rows, k_sub, k_dir = seeding.streams(p.config.seed, 3)  # limits.runs.seeding: the one rule
-  from limits import plotting
-
-  plotting.preload()  # the figures are drawn at the end: the import overlaps the computation
   src = load_rows(p, k_rows, k_sub)
   with src.blocks:
     return _run(p, src, k_sub, k_dir, checkpoint, log, units)

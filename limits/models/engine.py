@@ -348,13 +348,30 @@ def _embed(params, tokens, *, config):
   return family_module(config).embed(params, tokens, config)
 
 
+# Records of one layer at most this large (the (H, L, L) weights and scores, float32) are
+# computed one layer ahead: layer i+1 is dispatched before layer i is yielded, so the device
+# computes it while the caller copies, stores or reduces layer i (XLA dispatch is
+# asynchronous). Larger records (SmolLM2 at L >= 2,700) keep one layer at a time.
+AHEAD_BYTES = 512 * 2**20
+
+
+def record_bytes(config, length: int) -> int:
+  """Bytes of one layer's two (H, L, L) float32 records (weights and scores)."""
+  return 2 * 4 * int(config.n_head) * int(length) ** 2
+
+
 def iter_layers(params, tokens, config, *, normalizer: Optional[Normalizer] = None,
-                temperature=None, layers=None) -> Iterator[tuple[int, AttnRecord]]:
+                temperature=None, layers=None, ahead: Optional[bool] = None
+                ) -> Iterator[tuple[int, AttnRecord]]:
   """Yields ``(layer_index, AttnRecord)`` one layer at a time (no leading layer axis).
 
-  Only one layer's L×L arrays exist at once if the caller drops each record before asking for
-  the next. Same semantics as ``forward`` for normalizer, temperature and layers; runs only up
-  to the last requested layer. One compiled step serves every layer.
+  Same semantics as ``forward`` for normalizer, temperature and layers; runs only up to the
+  last requested layer. One compiled step serves every layer. ``ahead`` (default: when one
+  layer's records take at most :data:`AHEAD_BYTES`): the next kept layer is dispatched before
+  this one is yielded, so its computation overlaps the caller's work on this one; at most two
+  layers' L×L arrays exist at once (one without ``ahead``) if the caller drops each record
+  before asking for the next. The records are the same either way (same programs, same
+  inputs).
   """
   fam = family_module(config)
   tokens = check_tokens(tokens, config)
@@ -362,12 +379,25 @@ def iter_layers(params, tokens, config, *, normalizer: Optional[Normalizer] = No
   t = check_temperature(temperature, config)
   if not keep:
     return
+  if ahead is None:
+    ahead = record_bytes(config, tokens.shape[-1]) * tokens.shape[0] <= AHEAD_BYTES
   h = _embed(params, tokens, config=config)
   kept = set(keep)
   kinds = layer_kinds(config)
+  pending = None  # (index, record) dispatched, not yet yielded
   for i in range(max(keep) + 1):
     h, rec = _layer_step(params[fam.LAYERS_KEY], jnp.int32(i), h, t, config=config,
                          normalizer=normalizer, recorded=i in kept, kind=kinds[i])
-    if rec is not None:
+    if rec is None:
+      continue
+    if not ahead:
       yield i, rec
       del rec
+      continue
+    if pending is not None:
+      yield pending
+    pending = (i, rec)
+    del rec
+  if pending is not None:
+    yield pending
+    del pending

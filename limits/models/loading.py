@@ -265,8 +265,14 @@ def load_config(spec):
   """The config alone (reads config.json or the GGUF header, not the weights)."""
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
-    reader, family = _gguf_family(loc.path)
-    return family.config(reader, loc.path)
+    from limits.models import gguf_cache
+
+    config = gguf_cache.read(loc.path, "config")  # the same config, without parsing the file
+    if config is None:
+      reader, family = _gguf_family(loc.path)
+      config = family.config(reader, loc.path)
+      gguf_cache.write(loc.path, "config", config)
+    return config
   if loc.family == "gpt2":
     from limits.models.gpt2 import checkpoint
 
@@ -278,14 +284,20 @@ def load_tokenizer(spec):
   """The model's tokenizer (``.encode(text) -> list[int]`` without special tokens)."""
   loc = spec if isinstance(spec, Location) else locate(spec)
   if loc.kind == "gguf":
-    from limits.models import gguf_file
+    from limits.models import gguf_cache, gguf_file
 
+    tok = gguf_cache.read(loc.path, "tokenizer")  # the same tokenizer, without parsing the file
+    if tok is not None:
+      return tok
     reader = gguf_file.open_reader(loc.path)
     if gguf_file.field(reader, "tokenizer.ggml.model") == "llama":
       from limits.models import sentencepiece
 
-      return sentencepiece.from_gguf(reader, loc.path)
-    return gguf_file.tokenizer(loc.path)
+      tok = sentencepiece.from_gguf(reader, loc.path)
+    else:
+      tok = gguf_file.tokenizer(loc.path)
+    gguf_cache.write(loc.path, "tokenizer", tok)
+    return tok
   from limits.models.gpt2 import tokenizer as tokenizer_lib
 
   directory = loc.directory

@@ -18,19 +18,6 @@ def pyplot():
   return plt
 
 
-def preload() -> None:
-  """Imports :func:`pyplot` on a daemon thread: a run that draws its figures at the end calls
-  this when it starts, so the import (~1-1.5 s on 2 cores) overlaps its computation (XLA
-  releases the GIL while it runs) instead of adding to its wall time. Idempotent and safe to
-  skip: a later :func:`pyplot` waits for the import lock."""
-  import threading
-
-  if getattr(preload, "_started", False):
-    return
-  preload._started = True
-  threading.Thread(target=pyplot, daemon=True, name="pyplot-preload").start()
-
-
 def save(fig, path: str | os.PathLike, dpi: int = 130) -> Path:
   """Saves atomically and closes the figure: rendered in memory, then written by
   :func:`limits.runs.results.atomic_write_bytes`, so a failed write (a full disk) is one line naming

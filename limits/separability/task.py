@@ -293,9 +293,6 @@ def run(config: SeparabilityConfig, out_dir, ns) -> None:
 
   Call :func:`limits.cli.setup_precision` first.
   """
-  from limits import plotting
-
-  plotting.preload()  # figure3 is drawn at the end: the import overlaps the computation
   if config.source == "sphere":
     run_sphere(config, out_dir, ns)
   else:

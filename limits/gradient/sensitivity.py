@@ -22,6 +22,11 @@ from limits import normalizers
 # a few jitted programs per run (8 groups with 128: +30 programs, ~0.2 s to trace and lower
 # each, ~1.3 s to compile without the persistent cache, for 10 % fewer keys).
 SPAN_STEP = 256
+# g(T, ε) (fd_rows) cuts its rows finer: 8 span groups, a causal row at position t costs
+# t + 64 keys on average instead of t + 128 (≈ 10 % fewer float64 exps and random normals at
+# L = 1,024), for 4 more compiled programs (persistent cache) per t_batch size; the same bits
+# (the keys past the span have weight 0 and add exact zeros; tests/test_gradient_fd_span.py).
+FD_SPAN_STEP = 128
 
 
 def _softmax_norm_newton(a, max_iters: int):
@@ -136,12 +141,13 @@ def fd_batch(norm_fn, logits, mask, temperatures, epsilons, key, *,
 
 
 def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *, dtype,
-            block_elems: int = 1 << 18) -> np.ndarray:
+            block_elems: int = 1 << 18, span_step: int = FD_SPAN_STEP) -> np.ndarray:
   """g(T, ε) of the rows ``idx`` (S,) of device arrays rows, mask (R, L): (S, K, E) NumPy.
 
   Sample position s (row ``idx[s]``) uses key ``split(key, S)[s]`` and the direction
   convention of ``gradient_rows.g_rows``. Rows are cut to their visible span (rounded up to a
-  multiple of :data:`SPAN_STEP`, ``host_mask`` (R, L) says where it ends): the random
+  multiple of ``span_step``, default :data:`FD_SPAN_STEP`; ``host_mask`` (R, L) says where
+  it ends): the random
   direction of a row is a prefix of the full-length draw (JAX's partitionable threefry) and
   masked keys get weight 0, so the values equal the full-length computation up to rounding. Each span group
   is one jitted call that walks its rows in chunks of ≈ ``block_elems`` (row, T, ε, key)
@@ -156,7 +162,7 @@ def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *,
   if S == 0:
     return out
   keys = jax.random.split(key, S)
-  for pos, w in span_groups(np.asarray(host_mask, bool)[idx], step=SPAN_STEP):
+  for pos, w in span_groups(np.asarray(host_mask, bool)[idx], step=span_step):
     chunk = max(1, block_elems // (w * K * (E + 1)))
     pad = (-pos.size) % chunk
     p = np.concatenate([pos, np.full(pad, pos[0], pos.dtype)])

@@ -166,7 +166,7 @@ def _distance_step(**full):
 
 @pytest.mark.parametrize("full,line", [
     ({"lenghts": "32"}, "step distance_vary_length: 'lenghts' is not a setting of "
-     "experiments.distance (DistanceConfig); allowed: batch, data_dir, form, "),
+     "experiments.distance (DistanceConfig); allowed: avg_x64, batch, data_dir, form, "),
     ({"mode": "vary"}, "step distance_vary_length: mode='vary'; allowed: vary_length, vary_n, "
      "critical_n"),
     ({"batch": 0}, "step distance_vary_length: batch=0 must be a positive integer"),

@@ -6,7 +6,7 @@ model), each as its own experiment in ``OUT/<step>/``, then judges every claim o
 the suite's own findings in a separate table, and for each claim whether it holds or fails under
 every reading of the ambiguities it depends on.
 
-    python -m experiments.reproduce --quick          # about 13 min on 2 idle CPU cores (16 steps)
+    python -m experiments.reproduce --quick          # about 2-3 min on 2 idle CPU cores (16 steps)
     python -m experiments.reproduce --model=gpt2     # paper settings on real GPT-2 124M
 
 Before the first step it checks the model, the corpus (``--data_dir``,

@@ -157,3 +157,30 @@ def test_scan_and_search_in_four_blocks_equal_the_one_block_paths(monkeypatch):
     for key in ("d_sum", "d_norm", "expected"):
       np.testing.assert_allclose(means[key], np.asarray(distance_model.token_means(full)[key]),
                                  rtol=1e-10, err_msg=key)
+
+
+def test_search_kernel_makes_no_implicit_host_transfer():
+  """Algorithm 3's per-layer search kernel (``search._search_kernel``, what ``search_stats``
+  runs on the device after the host thresholds) under jax.transfer_guard("disallow"): inputs
+  placed explicitly, the result fetched explicitly, no implicit transfer inside; the same call
+  with one NumPy input is refused (the guard works). Its values equal ``search_stats``'."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(3)
+    B, H, L, d, ns = 1, 2, 32, 3, [3, 9, 17]
+    w = _causal_weights(rng, B, H, L)
+    x = rng.normal(size=(B, H, L, d))
+    th = selection.thresholds_from_sorted(w, selection.sort_rows(w), ns)
+    args = [jax.device_put(a) for a in (w.reshape(H, L, L), x.reshape(H, L, d),
+                                        th.thr.reshape(H, L, -1), th.cut.reshape(H, L, -1),
+                                        np.asarray(ns, np.int32))]
+    static = dict(counts=search.block_counts(L, ns, 4), inclusion="n_over_l_minus_1",
+                  blocks=4)
+    search._search_kernel(*args, **static)  # compile outside the guard
+    with jax.transfer_guard("disallow"):
+      out = jax.device_get(search._search_kernel(*args, **static))
+      with pytest.raises(Exception, match="[Dd]isallowed"):
+        search._search_kernel(np.asarray(w.reshape(H, L, L)), *args[1:], **static)
+    ref = search.search_stats(w, x, ns, blocks=4)
+    for f in READ:
+      np.testing.assert_array_equal(np.asarray(getattr(out, f)).reshape(B, H, -1),
+                                    getattr(ref, f), err_msg=f)

@@ -160,7 +160,7 @@ class Settings:
   the ``reproduce`` command's flag of its name (:mod:`limits.runs.options`)."""
 
   model: str = options.model()
-  quick: bool = options.option(False, "Small grids (about 13 min for the embedded model's 16 "
+  quick: bool = options.option(False, "Small grids (about 2-3 min for the embedded model's 16 "
                                "steps on 2 idle CPU cores).")
   seed: int = options.seed("Seed passed to every step.")
   windows: Optional[int] = options.windows(  # default 1 quick, 4 full

@@ -43,13 +43,9 @@ _CONFIG_CLASSES = {"limits.models.llama.config:Config", "limits.models.gemma3.co
 def cache_dir() -> Path | None:
   """``$LIMITS_GGUF_CACHE`` if it names a folder, None if it is ``off`` (or 0, no, false,
   none), else ``$XDG_CACHE_HOME/limits/gguf`` (``~/.cache/...``)."""
-  value = os.environ.get(CACHE_ENV, "").strip()
-  if value.lower() in ("0", "off", "no", "false", "none"):
-    return None
-  if value:
-    return Path(value).expanduser()
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return Path(base) / "limits" / "gguf"
+  from limits.runs.cache_dirs import user_cache_dir
+
+  return user_cache_dir(CACHE_ENV, "gguf")
 
 
 @functools.lru_cache(maxsize=1)

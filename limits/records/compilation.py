@@ -16,19 +16,14 @@ import os
 from pathlib import Path
 
 ENV = "LIMITS_COMPILE_CACHE"
-OFF = ("0", "off", "no", "false", "none")
 MIN_COMPILE_SECONDS = 0.1  # JAX's default (1 s) would skip most of the suite's many small programs
 
 
 def cache_dir() -> Path | None:
   """The folder :func:`enable` uses, None when turned off."""
-  value = os.environ.get(ENV, "").strip()
-  if value.lower() in OFF:
-    return None
-  if value:
-    return Path(value).expanduser()
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return Path(base) / "limits" / "jax-compilation"
+  from limits.runs.cache_dirs import user_cache_dir
+
+  return user_cache_dir(ENV, "jax-compilation")
 
 
 def enable() -> Path | None:

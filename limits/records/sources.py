@@ -191,13 +191,9 @@ TOKEN_CACHE_ENV = "LIMITS_TOKEN_CACHE"
 def token_cache_dir() -> Path | None:
   """``$LIMITS_TOKEN_CACHE`` if it names a folder, None if it is ``off`` (or 0, no, false,
   none), else ``$XDG_CACHE_HOME/limits/tokens`` (``~/.cache/...``)."""
-  value = os.environ.get(TOKEN_CACHE_ENV, "").strip()
-  if value.lower() in ("0", "off", "no", "false", "none"):
-    return None
-  if value:
-    return Path(value).expanduser()
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return Path(base) / "limits" / "tokens"
+  from limits.runs.cache_dirs import user_cache_dir
+
+  return user_cache_dir(TOKEN_CACHE_ENV, "tokens")
 
 
 def _cached_tokens(model: Model, corpus: data_lib.Corpus) -> np.ndarray:

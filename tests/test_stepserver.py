@@ -100,6 +100,15 @@ def test_close_returns_the_servers_own_cpu(server, tmp_path):
   own = server.close()
   assert 0.2 < own["cpu_s"] < 30, own  # the preload (≈ 3 CPU s idle), not the step's on top
   assert own["peak_rss_mb"] > 50, own  # NumPy, JAX, SciPy and matplotlib resident
+
+
+def test_server_peak_is_its_own_not_its_steps(server, tmp_path):
+  step = server.start(["tests.alloc_step", "--mb=400"], str(tmp_path / "a.log"))
+  step.wait(timeout=120)
+  own = server.close()
+  assert step.usage["peak_rss_mb"] >= 400, (step.usage, own)
+  # its own (≈ 260 MB with JAX, SciPy, matplotlib), not the step's 400 MB: wait4's would be
+  assert own["peak_rss_mb"] < step.usage["peak_rss_mb"] - 200, (step.usage, own)
   assert server.steps_cpu_s == step.usage["cpu_s"]
 
 

@@ -60,7 +60,11 @@ def _serve(parent, req_fd, resp_fd, preload):
   me = os.getpid()
   while True:
     line = req.readline()
-    if not line:
+    if not line:  # the runner is done: this process's own use, then exit
+      import resource
+      ru = resource.getrusage(resource.RUSAGE_SELF)
+      resp.write((json.dumps({"cpu_s": ru.ru_utime + ru.ru_stime,
+                              "peak_rss_mb": ru.ru_maxrss * 1024 / 1e6}) + "\n").encode())
       sys.exit(0)
     ask = json.loads(line)
     sys.stdout.flush(); sys.stderr.flush()
@@ -179,16 +183,20 @@ class StepServer:
 
   def close(self) -> dict[str, float] | None:
     """Ends the server (end of requests; SIGKILL after 10 s) and returns its own ``cpu_s``
-    (its ``wait4`` record less the steps it reaped: the imports, paid once) and
-    ``peak_rss_mb`` (the larger of its own and its steps' peaks, as the kernel keeps it);
-    None if it never started."""
+    (the imports, paid once; not its steps') and ``peak_rss_mb`` (its own resident peak, as
+    it reports it; else from ``wait4``, its steps' peaks included); None if it never started."""
     if self.proc is None or self.proc.returncode is not None:
       return None
-    for fd in (self._req, self._resp):
-      try:
-        os.close(fd)
-      except OSError:
-        pass
+    own = None
+    try:
+      os.close(self._req)
+      own = self.read(10.0)
+    except (OSError, RuntimeError, ValueError):
+      pass
+    try:
+      os.close(self._resp)
+    except OSError:
+      pass
     try:
       _, _, ru = os.wait4(self.proc.pid, 0) if _wait_done(self.proc, 10.0) else (0, 0, None)
     except ChildProcessError:
@@ -197,6 +205,8 @@ class StepServer:
       self.proc.kill()
       _, _, ru = os.wait4(self.proc.pid, 0)
     self.proc.returncode = 0
+    if own is not None and "cpu_s" in own and "pid" not in own:
+      return {"cpu_s": float(own["cpu_s"]), "peak_rss_mb": float(own["peak_rss_mb"])}
     return {"cpu_s": max(0.0, ru.ru_utime + ru.ru_stime - self.steps_cpu_s),
             "peak_rss_mb": ru.ru_maxrss * 1024 / 1e6}
 

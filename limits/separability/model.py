@@ -2,7 +2,8 @@
 the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
-keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every I_N
+keys from ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule; one call per
+causal block for every head, :func:`_block_top`, before the loops), every I_N
 a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
 array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
 keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their
@@ -149,8 +150,8 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0,
   the sphere, dl (R,) their deltas, valid (R,) bool the row is a query (False: padding), ns
   the K values of N (static); window: static W > 0 in a sliding-window layer. Every N at once:
 
-  - the top k = max N + 1 keys of each row from one ``lax.top_k`` (selection order: weight
-    descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
+  - the top k = max N + 1 keys of each row (``idx`` (R, k), from :func:`_block_top`; None:
+    one ``lax.top_k`` here) in selection order (weight descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
     the index of the last tied key kept), so no (R, C) rank array is built;
   - s_N = Σ_{i ∈ I_N} α_i x_i for every N: one product (R·K, C) @ (C, d) of the selected
     weights (R, K, d);

@@ -180,7 +180,7 @@ def top_k_rows(a, vis, k: int, ns):
   meet none of these (margin: a float32 tie straddling the N-th place), the whole block is
   recomputed by a float64 stable sort (``lax.cond``: the rare path costs nothing otherwise).
 
-  a: (R, C) weights (float32 or float64); vis: (R, C) bool; k <= C static; ns: (K,) int top-N
+  a: (…, R, C) weights (float32 or float64); vis: (…, R, C) bool; k <= C static; ns: (K,) int top-N
   sizes (may be traced), each <= k − 1 or >= C, so the check (b) sees the (N+1)-th value
   (callers take k = min(max N + 1, C)).
   """
@@ -194,7 +194,7 @@ def top_k_rows(a, vis, k: int, ns):
   j = jnp.clip(ns, 1, k - 1)  # boundary positions N − 1 | N
   above = jnp.take(v32, j - 1, axis=-1)  # (R, K) N-th largest (float32)
   below = jnp.take(v32, j, axis=-1)  # (R, K) (N+1)-th largest
-  ok = exact_row[:, None] | (above > below) | (below == -jnp.inf) | (ns[None, :] >= a.shape[-1])
+  ok = exact_row[..., None] | (above > below) | (below == -jnp.inf) | (ns >= a.shape[-1])
   key = jnp.where(vis, -a, jnp.inf)  # ascending (−α, index): the tie rule
 
   def exact():

@@ -121,3 +121,27 @@ def test_ks_order_guard_both_sides_of_its_margin():
   assert ks_order_safe(stats(far), f32)
   assert ks_order_safe(stats(near), f64)
   assert ks_order_safe(stats(near), f32, form="norm")  # the norm form's d̃ is far from E
+
+
+def test_head_stats_per_call_avg_dtype_leaves_the_evaluator_alone():
+  """ModelEvaluator.head_stats(avg_dtype=None): float64 averages for that call (the KS guard's
+  recompute) equal to an evaluator built in float64, bitwise; the evaluator's own float32
+  setting is untouched and its default call differs from float64 in E (so the argument is read,
+  not ignored)."""
+  from limits.distance import model as distance_model
+  from limits.models import gpt2
+
+  config = gpt2.Config(n_layer=2, n_head=3, n_embd=24, n_positions=64, vocab_size=50)
+  with jax.enable_x64(True):
+    params = gpt2.init_params(jax.random.key(5), config, dtype=np.float64)
+    tok = np.random.default_rng(6).integers(0, 50, (2, 40)).astype(np.int32)
+    f32 = distance_model.ModelEvaluator(params, config, avg_dtype=np.float32)
+    f64 = distance_model.ModelEvaluator(params, config)
+    per_call = f32.head_stats(tok, [1, 5], avg_dtype=None)
+    ref = f64.head_stats(tok, [1, 5])
+    default = f32.head_stats(tok, [1, 5])
+  assert f32.avg_dtype == np.float32
+  for name in ref._fields:
+    np.testing.assert_array_equal(getattr(per_call, name), getattr(ref, name), err_msg=name)
+  assert not np.array_equal(default.expected, ref.expected)
+  np.testing.assert_allclose(default.expected, ref.expected, rtol=1e-6)

@@ -53,6 +53,9 @@ def _token_embeddings(params, tok):
                     "(looked for 'wte' and 'embed_tokens')")
 
 
+EVALUATOR = object()  # head_stats(avg_dtype=EVALUATOR): the evaluator's own avg_dtype
+
+
 class PrintedExpectations:
   """A ``layer_hook`` for :meth:`ModelEvaluator.head_stats`: token-averaged printed E (both x̄
   readings) and reconstructed E with p = N/L per head, averaged over windows; ``means()`` ->
@@ -144,16 +147,20 @@ class ModelEvaluator:
 
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
                  bound: bool = True, on_layer=None, dtype=None, layer_hook=None,
-                 lean: bool = False) -> HeadStats:
+                 lean: bool = False, avg_dtype=EVALUATOR) -> HeadStats:
     """HeadStats (n_layer·H, K), summed over the windows ``tokens (W, L)``; layer-major heads.
 
     ``n_cap`` is accepted for compatibility (every N is exact, whatever the cap).
     ``layer_hook(window, weights (1, H, L, L), x)`` sees every layer's arrays of the same forward,
     so other per-layer statistics need no second pass; a :class:`PrintedExpectations` hook is
     filled from the layer kernel itself (no second pass over the L × L rows). ``lean``: the
-    Jensen gap left 0 (the KS calls read only d̃ and E).
+    Jensen gap left 0 (the KS calls read only d̃ and E). ``avg_dtype``: the precision of the
+    averaged-only passes for this call (default the evaluator's ``avg_dtype``; None: ``dtype``,
+    e.g. the float64 recompute of :func:`limits.distance.task.ks_order_safe`'s guard).
     """
     dtype = np.dtype(dtype) if dtype is not None else self.dtype
+    avg = self.avg_dtype if avg_dtype is EVALUATOR else (
+        None if avg_dtype is None else np.dtype(avg_dtype))
     tokens = jnp.asarray(tokens, jnp.int32)
     ns = [int(n) for n in ns]
     folded = isinstance(layer_hook, PrintedExpectations) and layer_hook.ns == ns
@@ -163,12 +170,12 @@ class ModelEvaluator:
       for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
         if folded:
           hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                          dtype=dtype, window=win, avg_dtype=self.avg_dtype)
+                                          dtype=dtype, window=win, avg_dtype=avg)
           layer_hook.add(w, {k: v[0] for k, v in means.items()})
         else:
           hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype,
                            window=win, lean=lean,
-                           avg_dtype=None if lean else self.avg_dtype)  # KS: no
+                           avg_dtype=None if lean else avg)  # KS: no
         layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)
@@ -191,10 +198,11 @@ class ModelEvaluator:
     check_form(form)
     ns = [int(n) for n in ns]
     padded = ns + [ns[-1]] * max(0, (pad_to or len(ns)) - len(ns))  # fixed K: one compile
-    if cache is None:  # records read (or computed) again, one layer at a time
+    if cache is None:  # records read (or computed) again, one layer at a time: a generator
+      # per window, never a list (at L = 4,096 a SmolLM2 window's 30 layers are 18 GB)
       tokens = jnp.asarray(tokens, jnp.int32)
-      cache = ([(wts, x, None, win) for wts, x, win in self._layers(tokens[w:w + 1],
-                                                                     self.ks_dtype)]
+      cache = (((wts, x, None, win) for wts, x, win in self._layers(tokens[w:w + 1],
+                                                                     self.ks_dtype))
                for w in range(tokens.shape[0]))
     return self._ks_from_stats(self._cached_stats(cache, padded), len(ns), form)
 

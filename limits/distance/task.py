@@ -141,13 +141,9 @@ def _bound_lengths(config, evaluator, tokens_by_l, ns, n_head, n_layer, tables, 
                                      on_layer=lambda: (bar.update(1), interrupts.check()),
                                      layer_hook=extra)  # a safe point per layer
         if not ks_order_safe(stats, evaluator, config.form):  # the KS order within float32's error of E
-          avg, evaluator.avg_dtype = evaluator.avg_dtype, None
-          try:  # float64 throughout for this L; the evaluator's setting back even on Ctrl-C
-            extra = distance_model.PrintedExpectations(ns)
-            stats = evaluator.head_stats(tokens, ns, n_cap=max(ns), bound=True,
-                                         layer_hook=extra)
-          finally:
-            evaluator.avg_dtype = avg
+          extra = distance_model.PrintedExpectations(ns)  # float64 throughout for this L
+          stats = evaluator.head_stats(tokens, ns, n_cap=max(ns), bound=True,
+                                       layer_hook=extra, avg_dtype=None)
         seconds = time.perf_counter() - t0
         rows, summ, ks = distance_model.tabulate(stats, L, ns, n_layer, n_head, form=config.form)
         distance_model.add_head_means(rows, summ, extra.means(), ns)

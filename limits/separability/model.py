@@ -2,7 +2,8 @@
 the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
-keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule), every I_N
+keys from ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule; one call per
+causal block for every head, :func:`_block_top`, before the loops), every I_N
 a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
 array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
 keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their
@@ -143,14 +144,14 @@ def _tie_margin(a_p, a_top, vis_top, ss, pm, ns: tuple, k: int, M, d: int, C: in
                             + (C + 2) * M * jnp.take(a_sum, pm, axis=-1))
 
 
-def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0):
+def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0, idx=None):
   """(K, F) sums of the queries lo … lo + R − 1 of one head (lo may be traced): a (R, C) their
   weights over the C keys of their causal block (the records' dtype; cast to x's), x (C, d) on
   the sphere, dl (R,) their deltas, valid (R,) bool the row is a query (False: padding), ns
   the K values of N (static); window: static W > 0 in a sliding-window layer. Every N at once:
 
-  - the top k = max N + 1 keys of each row from one ``lax.top_k`` (selection order: weight
-    descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
+  - the top k = max N + 1 keys of each row (``idx`` (R, k), from :func:`_block_top`; None:
+    one ``lax.top_k`` here) in selection order (weight descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
     the index of the last tied key kept), so no (R, C) rank array is built;
   - s_N = Σ_{i ∈ I_N} α_i x_i for every N: one product (R·K, C) @ (C, d) of the selected
     weights (R, K, d);
@@ -171,7 +172,8 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0)
   vis = block_visible(lo, R, C, window)                      # (R, C) causal prefix / window
   # Selection on the records' own values: float32 records cast to float64 keep their order
   # and ties exactly, so top_k_rows needs no float64 fallback (its lax.cond and stable sort).
-  idx = top_k_rows(jnp.where(vis, a, 0), vis, k, jnp.asarray(ns, jnp.int32))  # (R, k)
+  if idx is None:
+    idx = top_k_rows(jnp.where(vis, a, 0), vis, k, jnp.asarray(ns, jnp.int32))  # (R, k)
   a = jnp.where(vis, a.astype(dt), 0)
   a_top = jnp.take_along_axis(a, idx, axis=-1)               # (R, k) weights, sorted
   vis_top = jnp.take_along_axis(vis, idx, axis=-1)
@@ -224,11 +226,26 @@ ROW_CHUNK = 32  # queries per step inside a causal block: (32, K, C) float64 dis
 # in the L2 cache (256 rows at once spilled it: 1.6x the time of the product and the minimum)
 
 
-def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0):
+def _block_top(a, lo: int, *, ns: tuple, window: int = 0):
+  """(…, nc·rc, k) int32: the top k = min(max N + 1, C) keys of the queries lo … lo + R − 1
+  (a (…, R, C), rows padded to whole ``ROW_CHUNK`` chunks as in :func:`_block_sums`), every
+  head of the layer in one ``lax.top_k`` (one call per block: 8 calls of 32 rows per head
+  cost ~2x more on XLA's CPU backend; the same indices)."""
+  R, C = a.shape[-2:]
+  rc = min(ROW_CHUNK, R)
+  n = -(-R // rc) * rc
+  a = jnp.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, n - R), (0, 0)])
+  vis = block_visible(lo, n, C, window)
+  return top_k_rows(jnp.where(vis, a, 0), jnp.broadcast_to(vis, a.shape),
+                    min(max(ns) + 1, C), jnp.asarray(ns, jnp.int32))
+
+
+def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0, idx=None):
   """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
   C = lo + R keys they can see, x (C, d), dl (R,): :func:`_rows_sums` over chunks of
   ``ROW_CHUNK`` rows (``lax.map``: one compiled body per block; the last chunk padded with
-  rows that count nowhere)."""
+  rows that count nowhere); idx (padded rows, k) their top k (:func:`_block_top`), or None:
+  each chunk selects its own."""
   R, C = a.shape
   rc = min(ROW_CHUNK, R)
   nc = -(-R // rc)
@@ -236,13 +253,15 @@ def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0):
   a = jnp.pad(a, ((0, pad), (0, 0)))
   dl = jnp.pad(dl, (0, pad))
   first = jnp.arange(nc, dtype=jnp.int32) * rc               # (nc,) each chunk's first row
+  ic = None if idx is None else idx.reshape(nc, rc, idx.shape[-1])
 
   def one(args):
-    ac, dc, c0 = args
+    ac, dc, c0, ic = args
     valid = c0 + jnp.arange(rc) < R
-    return _rows_sums(ac, x, dc, M, lo + c0, valid, ns=ns, rule=rule, window=window)
+    return _rows_sums(ac, x, dc, M, lo + c0, valid, ns=ns, rule=rule, window=window, idx=ic)
 
-  return jnp.sum(jax.lax.map(one, (a.reshape(nc, rc, C), dl.reshape(nc, rc), first)), axis=0)
+  return jnp.sum(jax.lax.map(one, (a.reshape(nc, rc, C), dl.reshape(nc, rc), first, ic)),
+                 axis=0)
 
 
 def _bounds_ragged(w, sel, loo, seg, pm, M, delta, r, n_eff):
@@ -278,23 +297,32 @@ ROW_BLOCK = 256  # queries per causal block: 4 blocks at L = 1,024 (0.62·L² of
 # more blocks cut that towards L²/2 but each is compiled separately)
 
 
-@functools.partial(jax.jit, static_argnames=("ns", "rule", "blocks", "window", "dtype"))
+@functools.partial(jax.jit, static_argnames=("ns", "rule", "blocks", "window", "dtype",
+                                             "block_top"))
 def _layer_kernel(weights, v, M, *, ns: tuple, rule: str, blocks: int, window: int = 0,
-                  dtype=None):
+                  dtype=None, block_top: bool = True):
+  """:func:`layer_sums`'s kernel. ``block_top``: every head's top k keys per causal block in
+  one ``lax.top_k`` before the loops (:func:`_block_top`); False: each chunk of ``ROW_CHUNK``
+  rows selects its own inside the loop (the previous kernel, the reference of
+  tests/test_separability_top.py: the same indices, ~10 % more CPU time per layer)."""
   L = weights.shape[-1]
   dt = weights.dtype if dtype is None else dtype
 
+  spans = causal_blocks(L, blocks)
+  tops = tuple(_block_top(weights[:, lo:hi, :hi], lo, ns=ns, window=window) if block_top
+               else None for lo, hi in spans)               # each (H, rows, k)
+
   def head(args):
-    w, vh = args
+    w, vh, top = args
     # w stays in the records' dtype: _block_sums selects on it and casts to dt (exact)
     x = normalize_to_sphere(vh.astype(dt), M)                # (L, d)
     delta = window_min_pairwise_distance(x, window)          # (L,) delta of each query's keys
     dl = jnp.where(jnp.isfinite(delta), delta, 0)
     return sum(_block_sums(w[lo:hi, :hi], x[:hi], dl[lo:hi], M, lo, ns=ns, rule=rule,
-                           window=window)
-               for lo, hi in causal_blocks(L, blocks))
+                           window=window, idx=idx)
+               for (lo, hi), idx in zip(spans, top))
 
-  return jax.lax.map(head, (weights, v))
+  return jax.lax.map(head, (weights, v, tops))
 
 
 def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,

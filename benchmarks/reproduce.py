@@ -102,6 +102,7 @@ def _read_run(out: Path, wall, code, stderr="") -> dict:
   res["cpu_s"] = {n: st.get("cpu_s") for n, st in steps.items()}
   res["peak_rss_mb"] = {n: st.get("peak_rss_mb") for n, st in steps.items()}
   res["driver_peak_rss_mb"] = data.get("driver_peak_rss_mb")
+  res["step_server"] = data.get("step_server")  # None: each step a fresh interpreter
   for row in data.get("claims", []):
     res["verdicts"][row.get("id") or row.get("ref", "?")] = row.get("verdict")
   return res
@@ -205,9 +206,18 @@ def main(argv):
   if peaks:  # the steps run one at a time: the run's peak is at most its largest step's +
     # the driver's (each step's record is an upper bound of its own: runner._wait_with_usage)
     drv = max((r.get("driver_peak_rss_mb") or 0 for r in runs["ours"]), default=0)
-    report["peak_rss_mb"] = max(peaks) + drv
-    print(f"peak resident memory ≤ {max(peaks) + drv:.0f} MB (largest step {max(peaks):.0f} MB "
-          f"+ the driver's {drv:.0f} MB; the steps run one at a time)")
+    srv = max(((r.get("step_server") or {}).get("peak_rss_mb") or 0 for r in runs["ours"]),
+              default=0)  # the step server (limits.reproduction.stepserver): ≤ its own + steps'
+    report["peak_rss_mb"] = max(peaks) + drv + srv
+    print(f"peak resident memory ≤ {max(peaks) + drv + srv:.0f} MB (largest step "
+          f"{max(peaks):.0f} MB + the driver's {drv:.0f} MB"
+          + (f" + the step server's {srv:.0f} MB" if srv else "")
+          + "; the steps run one at a time)")
+  for side, rs in runs.items():
+    cpu = [(r.get("step_server") or {}).get("cpu_s") for r in rs]
+    if any(c is not None for c in cpu):
+      print(f"step server ({side}): {statistics.median(c for c in cpu if c is not None):.1f} "
+            "CPU s of imports, paid once for all steps (not in any step's CPU s)")
   print(f"total wall: ours {wo:.0f} s" + (
       f", reference {statistics.median(r['wall_s'] for r in runs['reference']):.0f} s"
       if runs["reference"] else ""))

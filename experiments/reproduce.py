@@ -12,7 +12,9 @@ every reading of the ambiguities it depends on.
 Before the first step it checks the model, the corpus (``--data_dir``,
 ``--text`` or ``$LIMITS_DATA_DIR`` override it) and that the output folder can be written, and
 stops with one line if one is wrong. Steps run as subprocesses (``python -m experiments.X``),
-each exactly the command a user would type. A rerun skips a step whose ``OUT/<step>/results.json``
+each exactly the command a user would type (on Linux forked from one process that imported
+JAX, SciPy and matplotlib once, ``limits.reproduction.stepserver``; ``LIMITS_STEP_SERVER=off``
+starts a fresh interpreter per step). A rerun skips a step whose ``OUT/<step>/results.json``
 is a finished run recording the same settings, so an interrupted reproduction resumes and loses
 at most the step in flight. Killing this process (Ctrl-C,
 SIGTERM, SIGHUP, even SIGKILL) ends the running step too, so a rerun never shares a step folder

@@ -1,6 +1,9 @@
 """Runs the reproduction plan (:mod:`limits.reproduction`): each step as its own subprocess
 (``python -m experiments.X``, exactly the command a user would type) in ``OUT/<step>/``, then the
-report. ``experiments/reproduce.py`` is the CLI over this module.
+report. ``experiments/reproduce.py`` is the CLI over this module. On Linux each step is forked
+from one step server that imported JAX, NumPy, SciPy and matplotlib once
+(:mod:`limits.reproduction.stepserver`: the child runs the module as ``python -m`` does, same
+argv, environment and ``ps`` line); ``LIMITS_STEP_SERVER=off`` starts a fresh interpreter per step.
 
 A rerun skips a step whose ``results.json`` is a finished run recording the step's settings
 (:func:`limits.reproduction.step_done`): the same record every CLI writes, no separate marker.
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from limits.reproduction import stepserver
 from limits.runs import interrupts
 from limits import reproduction as rp
 from limits.runs import results as res
@@ -110,9 +114,12 @@ def remove_records(out: Path, status, names=None) -> None:
 
 
 def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *,
-             resume: bool = True) -> dict[str, Any]:
+             resume: bool = True, server: stepserver.StepServer | None = None
+             ) -> dict[str, Any]:
   """Runs one step as a subprocess in its own process group (or skips it when ``resume`` and
-  its results.json is a finished run with the step's settings); returns its status record."""
+  its results.json is a finished run with the step's settings); returns its status record.
+  ``server``: fork it from that :class:`~limits.reproduction.stepserver.StepServer` (started
+  with :func:`records_env`), else a fresh ``python -m``."""
   step_dir = out / step.name
   overrides = rp.step_overrides(step, settings, ctx)
   args = rp.as_flags(overrides)
@@ -128,17 +135,34 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
       print(f"[{step.name}] {why}: running it again", flush=True)
   step_dir.mkdir(parents=True, exist_ok=True)
   print(f"[{step.name}] {shown}", flush=True)
-  cmd = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), step.module, *args,
-         f"--out_dir={step_dir}"]
+  argv = [step.module, *args, f"--out_dir={step_dir}"]
   t0 = time.perf_counter()
-  with open(log, "w", encoding="utf-8") as f:
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=records_env(out))
+  error = None  # set here only when the step server failed under the step
+  if server is not None:
     try:
-      code, usage = _wait_with_usage(proc)
-    except BaseException:
-      _terminate(proc)
-      raise
+      proc = server.start(argv, str(log))
+    except (OSError, RuntimeError, ValueError) as e:  # the server could not start or ended
+      proc = None
+      code, usage, error = -1, {}, f"the step server failed: {e}"
+    if proc is not None:
+      try:
+        code = proc.wait()
+      except RuntimeError as e:  # the server ended under the step (its death ends the step)
+        code, error = -1, f"the step server ended while the step ran: {e}"
+      except BaseException:
+        _terminate(proc)
+        raise
+      usage = proc.usage
+  else:
+    with open(log, "w", encoding="utf-8") as f:
+      proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(os.getpid()), *argv],
+                              stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                              env=records_env(out))
+      try:
+        code, usage = _wait_with_usage(proc)
+      except BaseException:
+        _terminate(proc)
+        raise
   seconds = time.perf_counter() - t0
   base.update(usage)
   if code == 0:
@@ -150,7 +174,7 @@ def run_step(step: rp.Step, out: Path, settings: rp.Settings, ctx: int | None, *
       print(f"[{step.name}] ok in {seconds:.1f}s ({usage['cpu_s']:.1f} CPU s, peak RSS "
             f"{usage['peak_rss_mb']:.0f} MB)", flush=True)
       return {**base, "status": "ok", "seconds": seconds}
-  else:
+  elif error is None:
     error = f"exit {code}: {_last_error(log)}"
   print(f"[{step.name}] FAILED in {seconds:.1f}s (reason at the end)", flush=True)
   return {**base, "status": "failed", "exit": code, "error": error, "seconds": seconds}
@@ -198,9 +222,11 @@ def check_prerequisites(steps, settings: rp.Settings) -> tuple[Any | None, str]:
 
 
 def write_report(out: Path, status, settings: rp.Settings, seconds: float, config,
-                 run_config: dict[str, Any]) -> str:
+                 run_config: dict[str, Any], server: dict[str, float] | None = None) -> str:
   """Judges every claim from the step files and writes report.md and results.json
-  (``run_config``: the command's configuration, recorded with the results)."""
+  (``run_config``: the command's configuration, recorded with the results;
+  ``server``: the step server's own CPU seconds (its imports) and peak, when the steps were
+  forked from one, :mod:`limits.reproduction.stepserver`)."""
   ctx = config.n_positions if config is not None else None
   context = {"d_head": getattr(config, "d_head", None),
              "windows": settings.windows or (1 if settings.quick else 4)}
@@ -213,7 +239,8 @@ def write_report(out: Path, status, settings: rp.Settings, seconds: float, confi
         flush=True)
   res.write_results(out, EXPERIMENT, run_config,
                     {"claims": rows, "tally": tally, "steps": status, "seconds": seconds,
-                     "driver_peak_rss_mb": _own_peak_rss_mb()},
+                     "driver_peak_rss_mb": _own_peak_rss_mb(),
+                     "step_server": server},
                     seed=settings.seed)
   return report
 
@@ -230,10 +257,14 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
               for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
   t0 = time.perf_counter()
   status: dict[str, dict[str, Any]] = {}
+  server = stepserver.StepServer(records_env(out)) if stepserver.enabled() else None
+  server_use = None
   try:
     for step in steps:
       interrupts.check()  # a signal deferred before the steps started (checks, folder)
-      status[step.name] = run_step(step, out, settings, ctx, resume=resume)
+      status[step.name] = run_step(step, out, settings, ctx, resume=resume, server=server)
+    if server is not None:
+      server_use, server = server.close(), None
   except KeyboardInterrupt:
     running = next((s for s in steps if s.name not in status), None)
     if running is not None:
@@ -245,12 +276,17 @@ def run_all(steps, out: Path, settings: rp.Settings, config, run_config: dict[st
       status.setdefault(step.name, {"status": "not reached", "seconds": None, "log": "",
                                     "command": rp.step_command(step, settings, ctx),
                                     "error": "the reproduction was interrupted before it"})
-    write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
+    if server is not None:
+      server_use, server = server.close(), None
+    write_report(out, status, settings, time.perf_counter() - t0, config, run_config,
+                 server_use)
     raise
   finally:
+    if server is not None:
+      server.close()
     for sig, handler in previous.items():
       signal.signal(sig, handler)
-  write_report(out, status, settings, time.perf_counter() - t0, config, run_config)
+  write_report(out, status, settings, time.perf_counter() - t0, config, run_config, server_use)
   remove_records(out, status)
   return status
 

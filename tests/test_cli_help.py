@@ -7,7 +7,10 @@ The fixtures in tests/data/cli_help/ are ``python -m experiments.X --helpshort``
 the code under test. ``--helpshort`` is compared whole; of ``--helpfull`` the section of the
 module's own flags (absl's sections follow absl's version, not ours). One edit since: the time
 that ``reproduce --quick`` quotes for the embedded model (13 min -> 2-3 min, measured in the
-sixteenth session, WORKSPACE), changed by hand in both reproduce fixtures; nothing else differs.
+sixteenth session, WORKSPACE), changed by hand in both reproduce fixtures; and (seventeenth
+session) reproduce's docstring, which --helpshort prints, says its steps are forked from the step
+server (``limits.reproduction.stepserver``): reproduce.helpshort rewritten from the help, the
+diff reviewed (those three lines only). Nothing else differs from cb9858c's help.
 """
 
 from __future__ import annotations

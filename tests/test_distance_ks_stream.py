@@ -25,6 +25,7 @@ def _live_square_arrays_per_call(n_layer, cache_bytes, monkeypatch, L=24):
   ids = {id(a) for a in before}  # other tests' arrays in this worker (kept alive: ids stable)
 
   def counting(*args, **kw):
+    gc.collect()  # arrays only cyclic garbage holds are not the evaluator's
     seen.append(sum(1 for a in jax.live_arrays()
                     if a.ndim >= 2 and a.shape[-2:] == (L, L) and id(a) not in ids))
     return real(*args, **kw)
@@ -41,11 +42,13 @@ def _live_square_arrays_per_call(n_layer, cache_bytes, monkeypatch, L=24):
 
 def test_bisection_without_kept_records_holds_one_layer_at_a_time(monkeypatch):
   """Streamed (cache 0): the (L, L) arrays alive at a search-kernel call do not grow from 2 to
-  6 layers. The other side: kept records (cache 1 GiB) are all alive, so their count grows by
+  6 layers (by at most 1). The other side: kept records (cache 1 GiB) are all alive, so their count grows by
   ≥ 4 (a weights array per layer); a probe that lists a window's layers before reducing them
   grows the same way. Both give the same critical N."""
   streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
   kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]
-  assert streamed[1][0] == streamed[0][0], streamed
+  # ≤ 1: the count moved by one between identical runs inside the full suite (an array in flight
+  # at a call); a probe holding a window's layers adds one per layer, 4 from 2 to 6 layers.
+  assert streamed[1][0] - streamed[0][0] <= 1, streamed
   assert kept[1][0] - kept[0][0] >= 4, kept
   assert [s[1] for s in streamed] == [k[1] for k in kept]

@@ -4,13 +4,12 @@ layers are 18 GB of float32 weights; a probe that listed them first was killed a
 (seventeenth session, ``experiments.distance --mode=critical_n --lengths=4096 --windows=1
 --model=smollm2``)."""
 
-import gc
-
 import jax
 import numpy as np
 
 from limits.distance import model as distance_model
 from limits.models import gpt2
+from tests.live_arrays import counting_square_arrays
 
 
 def _live_square_arrays_per_call(n_layer, cache_bytes, monkeypatch, L=24):
@@ -19,17 +18,7 @@ def _live_square_arrays_per_call(n_layer, cache_bytes, monkeypatch, L=24):
   first probe."""
   config = gpt2.Config(n_layer=n_layer, n_head=3, n_embd=24, n_positions=64, vocab_size=50)
   seen = []
-  real = distance_model.search_stats
-  gc.collect()
-  before = [a for a in jax.live_arrays() if a.ndim >= 2 and a.shape[-2:] == (L, L)]
-  ids = {id(a) for a in before}  # other tests' arrays in this worker (kept alive: ids stable)
-
-  def counting(*args, **kw):
-    gc.collect()  # arrays only cyclic garbage holds are not the evaluator's
-    seen.append(sum(1 for a in jax.live_arrays()
-                    if a.ndim >= 2 and a.shape[-2:] == (L, L) and id(a) not in ids))
-    return real(*args, **kw)
-
+  counting = counting_square_arrays(distance_model.search_stats, L, seen)
   monkeypatch.setattr(distance_model, "search_stats", counting)
   with jax.enable_x64(True):
     params = gpt2.init_params(jax.random.key(3), config, dtype=np.float64)

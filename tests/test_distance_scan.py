@@ -1,8 +1,6 @@
 """Algorithm 3's ascending scan: the fast path (limits.distance.scan) against the hook path it
 replaced, and the scan's N_max (the L/4 rule)."""
 
-import gc
-
 import jax
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from limits.distance.kernels import top_k_size
 from limits.distance.scan import SCAN_TOP_MIN, ScanSamples, scan_n_max
 from limits.errors import LimitsError
 from limits.models import gpt2
+from tests.live_arrays import counting_square_arrays
 
 CONFIG = gpt2.Config(n_layer=2, n_head=3, n_embd=24, n_positions=160, vocab_size=50)
 
@@ -127,15 +126,7 @@ def _live_square_arrays_per_call(n_layer, cache, monkeypatch, L=24):
 
   config = gpt2.Config(n_layer=n_layer, n_head=3, n_embd=24, n_positions=64, vocab_size=50)
   seen = []
-  real = kernels.layer_kernel
-  gc.collect()
-  before = [a for a in jax.live_arrays() if a.ndim >= 2 and a.shape[-2:] == (L, L)]
-  ids = {id(a) for a in before}  # other tests' arrays in this worker (kept alive: ids stable)
-
-  def counting(*args, **kw):
-    seen.append(sum(1 for a in jax.live_arrays()
-                    if a.ndim >= 2 and a.shape[-2:] == (L, L) and id(a) not in ids))
-    return real(*args, **kw)
+  counting = counting_square_arrays(kernels.layer_kernel, L, seen)
 
   with jax.enable_x64(True):
     params = gpt2.init_params(jax.random.key(3), config, dtype=np.float64)

@@ -193,7 +193,7 @@ def _xi_from_selected(alpha, sel, M, delta, product: bool = False):
 
 
 def xi_from_sums(s1, s2, sel, M, delta):
-  """xi_i (..., P) from the leave-one-out sums s1 = Σ_{I_N \ i} α_j and s2 = Σ_{I_N \ i} α_j²
+  r"""xi_i (..., P) from the leave-one-out sums s1 = Σ_{I_N \ i} α_j and s2 = Σ_{I_N \ i} α_j²
   at P places (every key, or only the selected ones); 0 where ``sel`` is False; delta clipped
   to [0, 2M] and broadcast against s1[..., 0]."""
   dtype = s1.dtype

@@ -9,7 +9,7 @@ import numpy as np
 
 from limits.distance import model as distance_model
 from limits.models import gpt2
-from tests.live_arrays import counting_square_arrays
+from tests.live_arrays import counting_square_arrays, frozen_heap
 
 
 def _live_square_arrays_per_call(n_layer, cache_bytes, monkeypatch, L=24):
@@ -34,8 +34,9 @@ def test_bisection_without_kept_records_holds_one_layer_at_a_time(monkeypatch):
   6 layers (by at most 1). The other side: kept records (cache 1 GiB) are all alive, so their count grows by
   ≥ 4 (a weights array per layer); a probe that lists a window's layers before reducing them
   grows the same way. Both give the same critical N."""
-  streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
-  kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]
+  with frozen_heap():
+    streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
+    kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]
   # ≤ 1: the count moved by one between identical runs inside the full suite (an array in flight
   # at a call); a probe holding a window's layers adds one per layer, 4 from 2 to 6 layers.
   assert streamed[1][0] - streamed[0][0] <= 1, streamed

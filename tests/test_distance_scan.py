@@ -10,7 +10,7 @@ from limits.distance.kernels import top_k_size
 from limits.distance.scan import SCAN_TOP_MIN, ScanSamples, scan_n_max
 from limits.errors import LimitsError
 from limits.models import gpt2
-from tests.live_arrays import counting_square_arrays
+from tests.live_arrays import counting_square_arrays, frozen_heap
 
 CONFIG = gpt2.Config(n_layer=2, n_head=3, n_embd=24, n_positions=160, vocab_size=50)
 
@@ -145,8 +145,9 @@ def test_scan_without_kept_records_holds_one_layer_at_a_time(monkeypatch):
   the number of layers (2 → 6 layers). The other side: kept records (cache 1 GiB) are all
   alive, so their count grows with the layers (by ≥ 4 from 2 to 6 layers: a weights array
   per layer)."""
-  streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
-  kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]
+  with frozen_heap():
+    streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
+    kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]
   assert streamed[1] == streamed[0], streamed
   assert kept[1] - kept[0] >= 4, kept
 

@@ -208,43 +208,45 @@ def top_k_rows(a, vis, k: int, ns):
   return lax.cond(jnp.all(ok), lambda: idx, exact)
 
 
-def _descending_key(v):
-  """uint64 keys of float32 values (no NaN, no −0) whose ascending order is v's descending
-  order, in the high 32 bits (the low 32 bits free for an index): the IEEE bit pattern of a
-  float orders like the value after flipping (negative) or setting (non-negative) the sign."""
-  u = v.view(np.uint32)
-  ascending = np.where(u >> 31, ~u, u | np.uint32(0x80000000))
-  return (~ascending).astype(np.uint64) << np.uint64(32)
+def _ordered_int(key):
+  """int32 of float32 ``key`` (no NaN) whose order is the floats' total order, as XLA's
+  top-k compares them (−0 below +0): the IEEE bits, with a negative float's magnitude bits
+  flipped."""
+  bits = np.asarray(key, np.float32).view(np.int32)
+  return np.where(bits < 0, bits ^ np.int32(0x7FFFFFFF), bits)
 
 
 def top_k_rows_host(key, k: int):
   """(B, k) int32 indices of the k largest entries of each row of ``key`` (B, C) float32
-  (masked keys −inf, no NaN) in ``lax.top_k``'s order: value descending, ties to the lower
-  index, the same array as ``lax.top_k(key, k)[1]`` (tests/test_separability_host_top.py).
+  (masked keys −inf, no NaN) in ``lax.top_k``'s order: value descending (−0 below +0), ties
+  to the lower index; the same array as ``lax.top_k(key, k)[1]``
+  (tests/test_separability_host_top.py).
 
-  ``np.argpartition`` puts a k-th largest value at place C − k and the k largest after it;
-  only rows with more than k entries >= that value (a tie across the k-th place, e.g. the −inf
-  of a row with fewer than k visible keys) choose their tied entries again, lowest indices
-  first. The k kept entries are then sorted by one uint64 key (value descending, index):
-  a unique key per entry, so the order needs no stable sort."""
-  key = np.asarray(key, np.float32) + np.float32(0)          # −0 → +0 (compares equal to 0)
-  B, C = key.shape
+  On the floats' order as int32 (:func:`_ordered_int`), ``np.argpartition`` puts a k-th
+  largest value at place C − k and the k largest after it; only rows with more than k
+  entries >= that value (a tie across the k-th place, e.g. the −inf of a row with fewer
+  than k visible keys) choose their tied entries again, lowest indices first. The k kept
+  entries are then sorted by one uint64 key (value descending in the high 32 bits, the index
+  in the low 32): a unique key per entry, so the order needs no stable sort."""
+  s = _ordered_int(key)
+  B, C = s.shape
   if k < C:
-    part = np.argpartition(key, C - k, axis=-1)
+    part = np.argpartition(s, C - k, axis=-1)
     cols = part[:, C - k:]                                    # (B, k) unordered
-    kth = np.take_along_axis(key, part[:, C - k:C - k + 1], axis=-1)  # (B, 1)
-    tied = np.flatnonzero(np.count_nonzero(key >= kth, axis=-1) > k)
+    kth = np.take_along_axis(s, part[:, C - k:C - k + 1], axis=-1)  # (B, 1)
+    tied = np.flatnonzero(np.count_nonzero(s >= kth, axis=-1) > k)
     if tied.size:
-      kt, th = key[tied], kth[tied]
-      gt, eq = kt > th, kt == th
+      st, th = s[tied], kth[tied]
+      gt, eq = st > th, st == th
       need = k - np.count_nonzero(gt, axis=-1)
       keep = gt | (eq & (np.cumsum(eq, axis=-1) <= need[:, None]))
       cols = cols.copy()
       cols[tied] = np.nonzero(keep)[1].reshape(-1, k)
   else:
     cols = np.broadcast_to(np.arange(C), (B, C))
-  vals = np.take_along_axis(key, cols, axis=-1)
-  order = np.sort(_descending_key(vals) | cols.astype(np.uint64), axis=-1)
+  vals = np.take_along_axis(s, cols, axis=-1).view(np.uint32) ^ np.uint32(0x80000000)
+  order = np.sort(((~vals).astype(np.uint64) << np.uint64(32)) | cols.astype(np.uint64),
+                  axis=-1)
   return (order & np.uint64(0xFFFFFFFF)).astype(np.int32)
 
 

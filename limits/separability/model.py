@@ -3,7 +3,8 @@ the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
 keys from ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule; one call per
-causal block for every head, :func:`_block_top`, before the loops), every I_N
+causal block for every head, :func:`_block_top`, before the loops; on the host for the
+step's float32 records, :func:`_block_top_host`, the same indices), every I_N
 a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
 array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
 keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their

@@ -282,7 +282,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         v = x                                                          # (H, L, d)
         window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
         del rec
-        out = separability_model.layer_sums(                          # selection on device
+        out = separability_model.layer_sums(                          # top k on the host
             weights, v, ns, c.radius, rule=c.rule, window=window, dtype=dtype)
         if running is not None:
           finish(*running)

@@ -3,7 +3,8 @@ the per-head vectors projected onto the sphere S^{d-1}(M) (Assumption 1).
 
 :func:`layer_sums` is the per-layer kernel, on the device under jit: each row's top max(N) + 1
 keys from ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie rule; one call per
-causal block for every head, :func:`_block_top`, before the loops), every I_N
+causal block for every head, :func:`_block_top`, before the loops; on the host for the
+step's float32 records, :func:`_block_top_host`, the same indices), every I_N
 a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
 array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
 keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their
@@ -33,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from limits.distance.kernels import block_visible, causal_blocks, check_window
-from limits.selection import sort_desc, sort_rows, top_k_rows, visible_window
+from limits.selection import (sort_desc, sort_rows, top_k_rows, top_k_rows_host,
+                              visible_window)
 from limits.separability.rows import (row_stats,
                                       window_min_pairwise_distance)
 
@@ -240,6 +242,24 @@ def _block_top(a, lo: int, *, ns: tuple, window: int = 0):
                     min(max(ns) + 1, C), jnp.asarray(ns, jnp.int32))
 
 
+def _block_top_host(a, lo: int, *, ns: tuple, window: int = 0):
+  """:func:`_block_top` on the host for float32 weights ``a`` (H, R, C) (NumPy): the same
+  (H, padded rows, k) int32 array (:func:`limits.selection.top_k_rows_host`, the indices of
+  ``lax.top_k`` on float32 rows, where :func:`limits.selection.top_k_rows` takes them as they
+  are). Run before the layer's kernel is dispatched, it overlaps the previous layer's."""
+  H, R, C = a.shape
+  rc = min(ROW_CHUNK, R)
+  n = -(-R // rc) * rc
+  kpos = np.arange(C)[None, :]
+  qpos = (lo + np.arange(n))[:, None]
+  vis = kpos <= qpos
+  if window:
+    vis &= kpos > qpos - window
+  a = np.pad(a, ((0, 0), (0, n - R), (0, 0)))
+  key = np.where(vis, a, np.float32(-np.inf))                # (H, n, C)
+  return top_k_rows_host(key.reshape(H * n, C), min(max(ns) + 1, C)).reshape(H, n, -1)
+
+
 def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0, idx=None):
   """(K, F) sums of the queries lo … lo + R − 1 of one head: a (R, C) their weights over the
   C = lo + R keys they can see, x (C, d), dl (R,): :func:`_rows_sums` over chunks of
@@ -299,18 +319,20 @@ ROW_BLOCK = 256  # queries per causal block: 4 blocks at L = 1,024 (0.62·L² of
 
 @functools.partial(jax.jit, static_argnames=("ns", "rule", "blocks", "window", "dtype",
                                              "block_top"))
-def _layer_kernel(weights, v, M, *, ns: tuple, rule: str, blocks: int, window: int = 0,
-                  dtype=None, block_top: bool = True):
+def _layer_kernel(weights, v, M, tops=None, *, ns: tuple, rule: str, blocks: int,
+                  window: int = 0, dtype=None, block_top: bool = True):
   """:func:`layer_sums`'s kernel. ``block_top``: every head's top k keys per causal block in
   one ``lax.top_k`` before the loops (:func:`_block_top`); False: each chunk of ``ROW_CHUNK``
   rows selects its own inside the loop (the previous kernel, the reference of
-  tests/test_separability_top.py: the same indices, ~10 % more CPU time per layer)."""
+  tests/test_separability_top.py: the same indices, ~10 % more CPU time per layer).
+  ``tops``: those per-block indices already selected (:func:`_block_host_tops`), or None."""
   L = weights.shape[-1]
   dt = weights.dtype if dtype is None else dtype
 
   spans = causal_blocks(L, blocks)
-  tops = tuple(_block_top(weights[:, lo:hi, :hi], lo, ns=ns, window=window) if block_top
-               else None for lo, hi in spans)               # each (H, rows, k)
+  if tops is None:
+    tops = tuple(_block_top(weights[:, lo:hi, :hi], lo, ns=ns, window=window) if block_top
+                 else None for lo, hi in spans)             # each (H, rows, k)
 
   def head(args):
     w, vh, top = args
@@ -325,8 +347,16 @@ def _layer_kernel(weights, v, M, *, ns: tuple, rule: str, blocks: int, window: i
   return jax.lax.map(head, (weights, v, tops))
 
 
+def _block_host_tops(weights, ns: tuple, blocks: int, window: int):
+  """Every causal block's :func:`_block_top_host` of float32 host weights (H, L, L)."""
+  L = weights.shape[-1]
+  return tuple(_block_top_host(weights[:, lo:hi, :hi], lo, ns=ns, window=window)
+               for lo, hi in causal_blocks(L, blocks))
+
+
 def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
-               blocks: int | None = None, window: int | None = 0, dtype=None):
+               blocks: int | None = None, window: int | None = 0, dtype=None,
+               host_top: bool | None = None):
   """Sums for every head of one layer and every n: (H, K, F), on the device.
 
   Args:
@@ -343,6 +373,10 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
       (each query's last min(t + 1, W) keys), 0 or None for a global one.
     dtype: the computation's dtype (default the inputs'); the float32 records are cast on the
       device, inside the kernel (no host-side float64 copy).
+    host_top: select each block's top k keys on the host (:func:`_block_top_host`: the same
+      indices as the kernel's ``lax.top_k``, ~2× less CPU time) before the kernel is
+      dispatched; needs float32 NumPy weights. None: when ``weights`` is a float32 NumPy
+      array (the step passes the records as read), else on the device.
 
   F = len(LAYER_FIELDS): sums over the kept queries (t > n) of N_s/N, clipped and raw lower
   bound, upper bound, r, delta, the printed upper bound and the number of kept queries. Heads
@@ -354,6 +388,14 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
   ns_host = np.asarray(jax.device_get(ns)).reshape(-1).astype(np.int32)
   L = weights.shape[-1]
   nb = -(-L // ROW_BLOCK) if blocks is None else int(blocks)
-  return _layer_kernel(weights, v, M, ns=tuple(int(n) for n in ns_host), rule=rule, blocks=nb,
-                       window=check_window(window),
+  ns_t, window = tuple(int(n) for n in ns_host), check_window(window)
+  if host_top is None:
+    host_top = isinstance(weights, np.ndarray) and weights.dtype == np.float32
+  tops = None
+  if host_top:
+    if np.dtype(weights.dtype) != np.float32:
+      raise ValueError("host_top needs float32 weights (the indices of lax.top_k on them)")
+    tops = _block_host_tops(np.asarray(weights), ns_t, nb, window)
+  return _layer_kernel(jnp.asarray(weights), jnp.asarray(v), M, tops, ns=ns_t, rule=rule,
+                       blocks=nb, window=window,
                        dtype=None if dtype is None else jnp.dtype(dtype))

@@ -117,3 +117,22 @@ def test_host_top_refuses_float64_weights():
     w, v = _records(48)
     with pytest.raises(ValueError, match="float32"):
       sm.layer_sums(w.astype(np.float64), v, (1, 4), 1.0, host_top=True)
+
+
+@pytest.mark.parametrize("backend,numpy_f32,want", [
+    ("cpu", True, 1), ("cpu", False, 0), ("gpu", True, 0), ("tpu", True, 0)])
+def test_host_top_by_default_only_for_float32_numpy_on_the_cpu(monkeypatch, backend, numpy_f32,
+                                                                want):
+  """The default (``host_top=None``) selects on the host only where that is the faster side:
+  float32 NumPy records with JAX on the CPU; a device array, or an accelerator backend (whose
+  own top-k keeps the statistics on the device, issue 27), selects in the kernel."""
+  from limits.separability import model as sm
+
+  calls = []
+  real = sm._block_host_tops
+  monkeypatch.setattr(sm, "_block_host_tops", lambda *a, **k: calls.append(1) or real(*a, **k))
+  monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  with jax.enable_x64(True):
+    w, v = _records(64)
+    sm.layer_sums(w if numpy_f32 else jnp.asarray(w), v, (1, 4), 1.0, blocks=2)
+  assert len(calls) == want

@@ -376,7 +376,8 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
     host_top: select each block's top k keys on the host (:func:`_block_top_host`: the same
       indices as the kernel's ``lax.top_k``, ~2× less CPU time) before the kernel is
       dispatched; needs float32 NumPy weights. None: when ``weights`` is a float32 NumPy
-      array (the step passes the records as read), else on the device.
+      array (the step passes the records as read) and JAX runs on the CPU (where NumPy's
+      partition beats XLA's CPU top-k), else on the device (a GPU or TPU selects there).
 
   F = len(LAYER_FIELDS): sums over the kept queries (t > n) of N_s/N, clipped and raw lower
   bound, upper bound, r, delta, the printed upper bound and the number of kept queries. Heads
@@ -390,7 +391,8 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
   nb = -(-L // ROW_BLOCK) if blocks is None else int(blocks)
   ns_t, window = tuple(int(n) for n in ns_host), check_window(window)
   if host_top is None:
-    host_top = isinstance(weights, np.ndarray) and weights.dtype == np.float32
+    host_top = (isinstance(weights, np.ndarray) and weights.dtype == np.float32
+                and jax.default_backend() == "cpu")
   tops = None
   if host_top:
     if np.dtype(weights.dtype) != np.float32:

@@ -14,6 +14,7 @@ import pytest
 
 from limits.distance.kernels import causal_blocks
 from limits.selection import top_k_rows_host
+from tests.test_separability_top import _tied_records
 
 
 def _device_top(key, k):
@@ -65,17 +66,12 @@ def test_the_tie_rows_tell_a_repair_from_none():
   assert np.sum(np.count_nonzero(key >= kth, axis=-1) > k) >= 8
 
 
-def _records(L, H=3, seed=3):
-  rng = np.random.default_rng(seed)
-  logits = np.where(np.tri(L, dtype=bool), rng.normal(size=(H, L, L)) * 2, -np.inf)
-  w = np.exp(logits - logits.max(-1, keepdims=True))
-  w /= w.sum(-1, keepdims=True)
-  w = w.astype(np.float32)
-  w[0, 40, 1:8] = w[0, 40, 0]                        # seven equal weights across N = 4
-  q = L - 10
-  w[1, q, :q + 1] = np.float32(1 / (q + 1))          # a uniform row: every place a tie
-  w[2, 50:, :30] = 0.0                               # visible keys of weight exactly 0
-  return w, rng.normal(size=(H, L, 5)).astype(np.float32)
+def _records(L):
+  """tests/test_separability_top.py's tied records (3 heads), with visible keys of weight
+  exactly 0 in the third head."""
+  w, v = _tied_records(L, H=3)
+  w[2, 50:, :30] = 0.0
+  return w, v
 
 
 @pytest.mark.parametrize("L,blocks,window", [(70, 4, 0), (64, 2, 0), (70, 4, 9), (45, 1, 0)])

@@ -363,7 +363,9 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
               "how": (f"min({c.fd_rows}, rows of the group) rows per (layer, head)"
                       if groups is not None else f"min({c.fd_rows}, rows) rows")
               + f", uniform without replacement, numpy default_rng({fd_seed}) (from --seed); "
-              "one direction v per (row, eps), shared by the temperatures",
+              f"one direction v per (row, eps, batch of --t_batch={c.t_batch} temperatures), "
+              "shared by the temperatures of a batch (key fold_in(direction key, the batch's "
+              "first temperature index))",
               "exact_rows": len(exact_idx),
               "exact_how": "every row" if len(exact_idx) == R else
               f"{len(exact_idx)} rows uniform without replacement (from --seed)",

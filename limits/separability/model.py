@@ -250,11 +250,7 @@ def _block_top_host(a, lo: int, *, ns: tuple, window: int = 0):
   H, R, C = a.shape
   rc = min(ROW_CHUNK, R)
   n = -(-R // rc) * rc
-  kpos = np.arange(C)[None, :]
-  qpos = (lo + np.arange(n))[:, None]
-  vis = kpos <= qpos
-  if window:
-    vis &= kpos > qpos - window
+  vis = np.asarray(block_visible(lo, n, C, window))          # (n, C): the device path's mask
   a = np.pad(a, ((0, 0), (0, n - R), (0, 0)))
   key = np.where(vis, a, np.float32(-np.inf))                # (H, n, C)
   return top_k_rows_host(key.reshape(H * n, C), min(max(ns) + 1, C)).reshape(H, n, -1)

@@ -149,9 +149,11 @@ def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *,
   multiple of ``span_step``, default :data:`FD_SPAN_STEP`; ``host_mask`` (R, L) says where
   it ends): the random
   direction of a row is a prefix of the full-length draw (JAX's partitionable threefry) and
-  masked keys get weight 0, so the values equal the full-length computation up to rounding. Each span group
-  is one jitted call that walks its rows in chunks of ≈ ``block_elems`` (row, T, ε, key)
-  elements with ``lax.map``; the rows never leave the device.
+  masked keys get weight 0, so the values equal the full-length computation up to rounding.
+  Each span group is one jitted call (or a few, when its random normals would pass
+  :data:`NORMALS_BYTES`) that draws the normals of its rows into a buffer, then walks the rows
+  in chunks of ≈ ``block_elems`` (row, T, ε, key) elements with ``lax.map``
+  (:func:`_fd_group_fn`); the rows never leave the device.
   """
   idx = np.asarray(idx)
   S = idx.size

@@ -168,8 +168,8 @@ def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *,
     chunk = max(1, block_elems // (w * K * (E + 1)))
     # calls of `per` rows (a multiple of chunk), so one call's normals stay <= NORMALS_BYTES;
     # the group's rows split evenly over the calls (one shape: one compile), the last padded
-    calls = -(-pos.size // max(chunk, NORMALS_BYTES // (E * w * np.dtype(dtype).itemsize)))
-    per = chunk * -(-(-(-pos.size // calls)) // chunk)
+    calls = _ceil_div(pos.size, max(chunk, NORMALS_BYTES // (E * w * np.dtype(dtype).itemsize)))
+    per = chunk * _ceil_div(_ceil_div(pos.size, calls), chunk)
     pad = calls * per - pos.size
     p = np.concatenate([pos, np.full(pad, pos[0], pos.dtype)])
     fn = _fd_group_fn(norm_fn, w, chunk, np.dtype(dtype).name)
@@ -177,6 +177,10 @@ def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *,
           for a in range(0, p.size, per)]
     out[pos] = np.concatenate([np.asarray(jax.device_get(g)) for g in gs])[:pos.size]
   return out
+
+
+def _ceil_div(a: int, b: int) -> int:
+  return -(-a // b)
 
 
 # g(T, eps) draws one call's random normals into a buffer of at most this many bytes before
@@ -192,7 +196,8 @@ def _fd_group_fn(norm_fn, width: int, chunk: int, dtype_name: str):
   float64 erfinv run once per normal; drawn inside the g loop, XLA on CPU fuses them into both
   users of the normals, the norm and the division, and runs them twice), then g by a second
   ``lax.map`` over the same chunks (``gradient_rows.g_from_normals``). The same bits as
-  ``gradient_rows.g_rows`` on each chunk (tests/test_gradient_fd_span.py)."""
+  ``gradient_rows.g_rows`` on each chunk under XLA's default flags
+  (tests/test_gradient_fd_normals.py; to 1e-13 under the test suite's -O0 flags)."""
   from limits.gradient import rows as gradient_rows
 
   dtype = jnp.dtype(dtype_name)

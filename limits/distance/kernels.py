@@ -221,8 +221,8 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   (:func:`limits.selection.top_k_rows`: a float32 row needs none).
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
   top: the selection order from :func:`layer_top` (same kmax, or ``width=kmax``; blocks,
-  window), reused instead of selecting again (:func:`host_top`'s on the CPU backend); a padded order (``width``) with ``bound=False``
-  only. lean: see :func:`_block_rows` (Algorithm 3's scan). avg_dtype (static): the dtype of
+  window) or :func:`host_top` (the same indices, on the host), reused instead of selecting
+  again; a padded order (``width``) with ``bound=False`` only. lean: see :func:`_block_rows` (Algorithm 3's scan). avg_dtype (static): the dtype of
   the averaged-only passes (:data:`AVERAGED`, :func:`_block_rows`); None = ``dtype``.
   """
   L = weights.shape[-1]

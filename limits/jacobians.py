@@ -312,9 +312,14 @@ def random_directions(key, shape, mask=None, dtype=jnp.float32) -> Array:
 
   A fully masked row gets the zero vector.
   """
-  v = jax.random.normal(key, shape, dtype)
+  return unit_directions(jax.random.normal(key, shape, dtype), mask)
+
+
+def unit_directions(v, mask=None) -> Array:
+  """The normals ``v`` (..., L) masked to the visible positions and scaled to unit ℓ2 norm per
+  row (:func:`random_directions` after its draw; a row with nothing visible gives 0)."""
   if mask is not None:
-    v = jnp.where(jnp.broadcast_to(jnp.asarray(mask, bool), shape), v, 0)
+    v = jnp.where(jnp.broadcast_to(jnp.asarray(mask, bool), v.shape), v, 0)
   n = jnp.linalg.norm(v, axis=-1, keepdims=True)
   return jnp.where(n > 0, v / jnp.where(n > 0, n, 1), 0)
 

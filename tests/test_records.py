@@ -444,3 +444,63 @@ def test_failed_write_gives_the_forward_and_no_entry(model, tmp_path, capfd,
   assert_same(collect(model, store), ref)
   assert len(list(tmp_path.iterdir())) == 1
 
+
+@pytest.mark.parametrize("failing_layer", [0, 2])
+def test_failed_write_on_the_writers_thread_gives_the_forward_and_no_entry(
+    model, tmp_path, capfd, monkeypatch, failing_layer):
+  """The files are written on the Writer's thread: a file write that fails there (the first
+  layer's: raised from a later add; the last layer's: raised only by wait() after the loop)
+  gives the same as a failing add: every layer with the forward's numbers, one warning naming
+  the error, no entry and no temporary folder; the next call writes the entry."""
+  from limits.records import store as store_lib
+
+  real = store_lib._write_file
+
+  def write(path, a):
+    if path.name.startswith(f"{failing_layer:03d}."):
+      raise OSError(28, "No space left on device")
+    return real(path, a)
+
+  monkeypatch.setattr(store_lib, "_write_file", write)
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  assert_same(collect(model, store), ref)
+  err = capfd.readouterr().err
+  assert err.count("write failed") == 1 and "No space left" in err, err
+  assert list(tmp_path.iterdir()) == []
+  monkeypatch.setattr(store_lib, "_write_file", real)
+  assert_same(collect(model, store), ref)
+  assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_writer_writes_off_the_calling_thread_and_copies_writable_arrays(tmp_path, monkeypatch):
+  """store.Writer: the files are written on another thread than add()'s, while add() has
+  returned; a writable array changed after add() is written as it was (a copy is held), a
+  read-only one is held as it is; commit() waits for every file."""
+  import threading
+
+  from limits.records import store as store_lib
+
+  real = store_lib._write_file
+  release, threads = threading.Event(), []
+
+  def write(path, a):
+    assert release.wait(30)      # held until the caller has changed its array
+    threads.append(threading.get_ident())
+    return real(path, a)
+
+  monkeypatch.setattr(store_lib, "_write_file", write)
+  key = {"test": "writer-thread"}
+  w = store_lib.Writer(tmp_path, key)
+  a = np.arange(6, dtype=np.float32).reshape(2, 3)
+  ro = np.arange(4, dtype=np.float32)
+  ro.flags.writeable = False
+  w.add(0, {"v": a, "k": ro})            # returns before anything is written
+  a[:] = -1
+  release.set()
+  w.commit(1)
+  got = store_lib.Entry(w.final, key).read(0, ["v", "k"])
+  np.testing.assert_array_equal(got["v"], np.arange(6, dtype=np.float32).reshape(2, 3))
+  np.testing.assert_array_equal(got["k"], ro)
+  assert len(threads) == 2 and threading.get_ident() not in threads
+

@@ -125,9 +125,8 @@ class Gatherer:
     if start != self.seen:
       raise ValueError(f"blocks out of order: row {start} after {self.seen} rows")
     stop = start + rows.shape[0]
-    for lo in range(0, rows.shape[0], 8192):  # row chunks: no block-sized temporary
-      x = np.where(mask[lo:lo + 8192], rows[lo:lo + 8192], 0)
-      self.big = max(self.big, float(np.abs(x).max()) if x.size else 0.0)
+    for lo in range(0, rows.shape[0], 8192):  # row chunks, as before (a NaN skips its chunk)
+      self.big = max(self.big, _chunk_big(rows[lo:lo + 8192], mask[lo:lo + 8192]))
     for ix, (r, m) in zip(self.indices, self.out):
       a, b = np.searchsorted(ix, start), np.searchsorted(ix, stop)
       r[a:b], m[a:b] = rows[ix[a:b] - start], mask[ix[a:b] - start]
@@ -137,6 +136,16 @@ class Gatherer:
     if self.seen != self.n_rows:
       raise ValueError(f"gathered {self.seen} of {self.n_rows} rows: a pass was cut short")
     return self.big, self.out
+
+
+def _chunk_big(rows, mask) -> float:
+  """The largest |visible entry| of a chunk of rows as a float, from its visible maximum and
+  minimum (no (n, L) temporary; half the time of |where(mask, rows, 0)|.max()); NaN when a
+  visible entry is NaN (``max(big, nan)`` then keeps ``big``: the previous rule), −inf when
+  nothing is visible (the previous 0 changed nothing either: ``big`` starts at 0)."""
+  hi = np.max(rows, where=mask, initial=-np.inf)
+  lo = np.min(rows, where=mask, initial=np.inf)
+  return float(np.maximum(hi, -lo))
 
 
 def _head_mask(vis, n_rows):

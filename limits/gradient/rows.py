@@ -49,28 +49,48 @@ def g_rows(norm_fn, logits, mask, temperatures, epsilons, keys):
 @functools.lru_cache(maxsize=None)
 def _g_rows_jit():
   import jax
+
+  def block(norm_fn, l, m, T, eps, keys):
+    return g_from_normals(norm_fn, l, m, T, eps, row_normals(keys, eps.size, l.shape[-1], l.dtype))
+
+  return jax.jit(block, static_argnums=(0,))
+
+
+def row_normals(keys, n_eps: int, length: int, dtype):
+  """The raw standard normals of :func:`g_rows`'s directions: keys (S,) → (S, E, L), row r's
+  e-th draw ``jax.random.normal(jax.random.split(keys[r], E)[e], (L,), dtype)`` (AMBIG-13;
+  :func:`g_from_normals` masks and normalises them). Traceable."""
+  import jax
+
+  def one(k):
+    return jax.vmap(lambda ke: jax.random.normal(ke, (length,), dtype))(jax.random.split(k, n_eps))
+
+  return jax.vmap(one)(keys)
+
+
+def g_from_normals(norm_fn, l, m, T, eps, normals):
+  """:func:`g_rows` given its raw normals (S, E, L) (:func:`row_normals`): the unit directions
+  ``jacobians.unit_directions(normals, mask)`` (those of ``jacobians.random_directions``), then
+  g(T, ε) (S, K, E). Traceable. Split from the draw so a caller can materialise the normals
+  first (``sensitivity.fd_rows``: XLA on CPU otherwise fuses the draw, threefry and the
+  float64 erfinv, into both users of the normals, the norm and the division, and runs it
+  twice)."""
+  import jax
   import jax.numpy as jnp
 
   from limits import jacobians
 
-  def block(norm_fn, l, m, T, eps, keys):
-    def directions(lr, mr, k):  # (E, L): one unit direction per ε (AMBIG-13)
-      return jax.vmap(lambda ke: jacobians.random_directions(ke, lr.shape, mr, lr.dtype))(
-          jax.random.split(k, eps.size))
+  v = jacobians.unit_directions(normals, m[:, None, :])  # (S, E, L)
+  if _plain_softmax(norm_fn):
+    return _g_plain(l, m, T, eps, v)
 
-    v = jax.vmap(directions)(l, m, keys)  # (S, E, L)
-    if _plain_softmax(norm_fn):
-      return _g_plain(l, m, T, eps, v)
+  def one(lr, mr, vr):
+    base = jax.vmap(lambda t: norm_fn(lr / t, mr))(T)  # (K, L)
+    pert = jax.vmap(lambda t: jax.vmap(lambda e, vv: norm_fn((lr + e * vv) / t, mr))(
+        eps, vr))(T)  # (K, E, L)
+    return jnp.linalg.norm(pert - base[:, None, :], axis=-1) / eps[None, :]  # (K, E)
 
-    def one(lr, mr, vr):
-      base = jax.vmap(lambda t: norm_fn(lr / t, mr))(T)  # (K, L)
-      pert = jax.vmap(lambda t: jax.vmap(lambda e, vv: norm_fn((lr + e * vv) / t, mr))(
-          eps, vr))(T)  # (K, E, L)
-      return jnp.linalg.norm(pert - base[:, None, :], axis=-1) / eps[None, :]  # (K, E)
-
-    return jax.vmap(one)(l, m, v)
-
-  return jax.jit(block, static_argnums=(0,))
+  return jax.vmap(one)(l, m, v)
 
 
 def _g_plain(l, m, T, eps, v):

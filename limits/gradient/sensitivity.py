@@ -149,9 +149,11 @@ def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *,
   multiple of ``span_step``, default :data:`FD_SPAN_STEP`; ``host_mask`` (R, L) says where
   it ends): the random
   direction of a row is a prefix of the full-length draw (JAX's partitionable threefry) and
-  masked keys get weight 0, so the values equal the full-length computation up to rounding. Each span group
-  is one jitted call that walks its rows in chunks of ≈ ``block_elems`` (row, T, ε, key)
-  elements with ``lax.map``; the rows never leave the device.
+  masked keys get weight 0, so the values equal the full-length computation up to rounding.
+  Each span group is one jitted call (or a few, when its random normals would pass
+  :data:`NORMALS_BYTES`) that draws the normals of its rows into a buffer, then walks the rows
+  in chunks of ≈ ``block_elems`` (row, T, ε, key) elements with ``lax.map``
+  (:func:`_fd_group_fn`); the rows never leave the device.
   """
   idx = np.asarray(idx)
   S = idx.size
@@ -164,29 +166,54 @@ def fd_rows(norm_fn, rows, mask, host_mask, idx, temperatures, epsilons, key, *,
   keys = jax.random.split(key, S)
   for pos, w in span_groups(np.asarray(host_mask, bool)[idx], step=span_step):
     chunk = max(1, block_elems // (w * K * (E + 1)))
-    pad = (-pos.size) % chunk
+    # calls of `per` rows (a multiple of chunk), so one call's normals stay <= NORMALS_BYTES;
+    # the group's rows split evenly over the calls (one shape: one compile), the last padded
+    calls = _ceil_div(pos.size, max(chunk, NORMALS_BYTES // (E * w * np.dtype(dtype).itemsize)))
+    per = chunk * _ceil_div(_ceil_div(pos.size, calls), chunk)
+    pad = calls * per - pos.size
     p = np.concatenate([pos, np.full(pad, pos[0], pos.dtype)])
-    g = _fd_group_fn(norm_fn, w, chunk, np.dtype(dtype).name)(
-        rows, mask, *jax.device_put((idx[p], p)), keys, T, eps)
-    out[pos] = np.asarray(jax.device_get(g))[:pos.size]
+    fn = _fd_group_fn(norm_fn, w, chunk, np.dtype(dtype).name)
+    gs = [fn(rows, mask, *jax.device_put((idx[p[a:a + per]], p[a:a + per])), keys, T, eps)
+          for a in range(0, p.size, per)]
+    out[pos] = np.concatenate([np.asarray(jax.device_get(g)) for g in gs])[:pos.size]
   return out
+
+
+def _ceil_div(a: int, b: int) -> int:
+  return -(-a // b)
+
+
+# g(T, eps) draws one call's random normals into a buffer of at most this many bytes before
+# using them (fd_rows: 8,640 sampled rows of span 1,024 at SmolLM2 paper settings are 212 MB
+# in float64 for E = 3; 64 MB is 4 calls there)
+NORMALS_BYTES = 1 << 26
 
 
 @functools.lru_cache(maxsize=None)
 def _fd_group_fn(norm_fn, width: int, chunk: int, dtype_name: str):
+  """jit: g(T, eps) of one span group's rows (a call of ``per`` rows, chunk | per): first every
+  row's raw normals (per, E, w) by one ``lax.map`` over the chunks (a buffer: threefry and the
+  float64 erfinv run once per normal; drawn inside the g loop, XLA on CPU fuses them into both
+  users of the normals, the norm and the division, and runs them twice), then g by a second
+  ``lax.map`` over the same chunks (``gradient_rows.g_from_normals``). The same bits as
+  ``gradient_rows.g_rows`` on each chunk under XLA's default flags
+  (tests/test_gradient_fd_normals.py; to 1e-13 under the test suite's -O0 flags)."""
   from limits.gradient import rows as gradient_rows
 
   dtype = jnp.dtype(dtype_name)
 
   def fn(rows, mask, idx, pos, keys, T, eps):
     keys = keys[pos]  # (C·B,) the sample positions' keys
+    E = eps.shape[0]
+    normals = lax.map(lambda kb: gradient_rows.row_normals(kb, E, width, dtype),
+                      keys.reshape((-1, chunk) + keys.shape[1:]))  # (C, B, E, w)
 
     def one(args):
-      ix, kb = args
+      ix, nb = args
       l = rows[ix, :width].astype(dtype)
-      return gradient_rows.g_rows(norm_fn, l, mask[ix, :width], T, eps, kb)  # (B, K, E)
+      return gradient_rows.g_from_normals(norm_fn, l, mask[ix, :width], T, eps, nb)  # (B, K, E)
 
-    g = lax.map(one, (idx.reshape(-1, chunk), keys.reshape((-1, chunk) + keys.shape[1:])))
+    g = lax.map(one, (idx.reshape(-1, chunk), normals))
     return g.reshape((-1,) + g.shape[2:])
 
   return jax.jit(fn)

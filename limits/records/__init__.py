@@ -183,6 +183,14 @@ def _compute(model, tokens, kept, done, store, key):
           writer = None
       if i in kept and i not in done:
         yield i, arrays, rec_window
+    if writer is not None:  # the last layers' files (written on the writer's thread)
+      try:
+        writer.wait()
+      except OSError as e:
+        print(f"warning: records cache: write failed ({e}); not cached", file=sys.stderr,
+              flush=True)
+        writer.abort()
+        writer = None
     if writer is not None:
       try:
         writer.commit(model.config.n_layer)

@@ -228,14 +228,19 @@ ROW_CHUNK = 32  # queries per step inside a causal block: (32, K, C) float64 dis
 # in the L2 cache (256 rows at once spilled it: 1.6x the time of the product and the minimum)
 
 
+def _padded_rows(R: int) -> int:
+  """R block rows rounded up to whole ``ROW_CHUNK`` chunks (:func:`_block_sums`' padding)."""
+  rc = min(ROW_CHUNK, R)
+  return -(-R // rc) * rc
+
+
 def _block_top(a, lo: int, *, ns: tuple, window: int = 0):
   """(…, nc·rc, k) int32: the top k = min(max N + 1, C) keys of the queries lo … lo + R − 1
   (a (…, R, C), rows padded to whole ``ROW_CHUNK`` chunks as in :func:`_block_sums`), every
   head of the layer in one ``lax.top_k`` (one call per block: 8 calls of 32 rows per head
   cost ~2x more on XLA's CPU backend; the same indices)."""
   R, C = a.shape[-2:]
-  rc = min(ROW_CHUNK, R)
-  n = -(-R // rc) * rc
+  n = _padded_rows(R)
   a = jnp.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, n - R), (0, 0)])
   vis = block_visible(lo, n, C, window)
   return top_k_rows(jnp.where(vis, a, 0), jnp.broadcast_to(vis, a.shape),
@@ -248,8 +253,7 @@ def _block_top_host(a, lo: int, *, ns: tuple, window: int = 0):
   ``lax.top_k`` on float32 rows, where :func:`limits.selection.top_k_rows` takes them as they
   are). Run before the layer's kernel is dispatched, it overlaps the previous layer's."""
   H, R, C = a.shape
-  rc = min(ROW_CHUNK, R)
-  n = -(-R // rc) * rc
+  n = _padded_rows(R)
   vis = np.asarray(block_visible(lo, n, C, window))          # (n, C): the device path's mask
   a = np.pad(a, ((0, 0), (0, n - R), (0, 0)))
   key = np.where(vis, a, np.float32(-np.inf))                # (H, n, C)

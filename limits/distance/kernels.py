@@ -3,7 +3,9 @@
 
 Selection (the one tie rule, :mod:`limits.selection`): for N <= :data:`TOPK_MAX` (Algorithms
 1-2) each row's top max(N) + 1 keys come from one ``lax.top_k`` on the device
-(:func:`layer_kernel`, everything under jit, no host round trip); larger N (Algorithm 3's
+(:func:`layer_kernel`, everything under jit, no host round trip), or, on the CPU backend for
+float32 NumPy records and max N >= :data:`HOST_TOP_FROM` (Algorithm 2), the same indices from
+NumPy (:func:`host_top`: 5-10 % less CPU time per SmolLM2 layer); larger N (Algorithm 3's
 search) use rows sorted once on the host (:func:`sort_rows`) and a threshold per N with an
 index cut for ties (:func:`thresholds_from_sorted`). The per-N work of all queries of a causal
 query block is two (R, C)·(C, d) products through the Gram identities:
@@ -58,7 +60,7 @@ from limits.distance.block import block_rows as _block_rows, block_visible
 from limits.distance.rows import RowStats, check_inclusion
 from limits.errors import LimitsError
 from limits.selection import (ranks_from_top, select_thresholds, sort_rows,
-                              thresholds_from_sorted, top_k_rows)
+                              thresholds_from_sorted, top_k_rows, top_k_rows_host)
 
 
 PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
@@ -219,13 +221,16 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   (:func:`limits.selection.top_k_rows`: a float32 row needs none).
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
   top: the selection order from :func:`layer_top` (same kmax, or ``width=kmax``; blocks,
-  window), reused instead of selecting again; a padded order (``width``) with ``bound=False``
-  only. lean: see :func:`_block_rows` (Algorithm 3's scan). avg_dtype (static): the dtype of
+  window) or :func:`host_top` (the same indices, on the host), reused instead of selecting
+  again; a padded order (``width``) with ``bound=False`` only. lean: see :func:`_block_rows` (Algorithm 3's scan). avg_dtype (static): the dtype of
   the averaged-only passes (:data:`AVERAGED`, :func:`_block_rows`); None = ``dtype``.
   """
-  if top is not None and bound:
-    raise ValueError("layer_kernel: a kept selection order (top) serves bound=False only")
   L = weights.shape[-1]
+  exact_top = top is None or all(t.shape[-1] == min(kmax + 1, hi) for t, (_, hi) in
+                                 zip(top, causal_blocks(L, blocks)))
+  if not exact_top and bound:
+    raise ValueError("layer_kernel: a padded selection order (top, width > kmax) serves "
+                     "bound=False only")
   dtype = x.dtype if dtype is None else jnp.dtype(dtype)
   x = x.astype(dtype)
 
@@ -244,10 +249,45 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
                                inclusion=inclusion, bound=bound, row_block=1, top_idx=idx,
                                printed=printed, window=window, lean=lean,
                                shared=_cut(shared, lo, hi), rank=rank,
-                               avg_dtype=avg_dtype, top_s=tops is None and not lean))
+                               avg_dtype=avg_dtype, top_s=exact_top and not lean))
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, x, top))
+
+
+# From this largest N on, the device path selects on the host when the weights are float32
+# NumPy arrays (the step's records as read) and JAX runs on the CPU (:func:`host_top`):
+# XLA's CPU ``lax.top_k`` of k = 101 keys per row (Algorithm 2) took 15 % of a SmolLM2
+# layer's CPU time; below it (Algorithm 1's k = 6) the device top k is cheap.
+HOST_TOP_FROM = 32
+
+
+def host_top(weights, kmax: int, *, blocks: int, window: int = 0):
+  """:func:`layer_top`'s selection order (no ``width``) on the host: for float32 NumPy weights
+  (G, L, L), a tuple over the causal blocks of (G, R_b, min(kmax + 1, hi_b)) int32 indices,
+  the indices of ``lax.top_k`` on the block's float32 rows with invisible keys at −inf
+  (:func:`limits.selection.top_k_rows_host`, tests/test_separability_host_top.py), which is
+  what :func:`_block_top` takes for float32 weights (no float64 tie fallback is needed)."""
+  w = np.asarray(weights)
+  if w.dtype != np.float32:
+    raise ValueError("host_top needs float32 weights (the indices of lax.top_k on them)")
+  G, L, _ = w.shape
+  out = []
+  for lo, hi in causal_blocks(L, blocks):
+    kpos, qpos = np.arange(hi)[None, :], np.arange(lo, hi)[:, None]
+    vis = kpos <= qpos  # block_visible's mask, built on the host (no device round trip)
+    if window:
+      vis = vis & (kpos > qpos - window)
+    key = np.where(vis, w[:, lo:hi, :hi], np.float32(-np.inf)).reshape(G * (hi - lo), hi)
+    out.append(top_k_rows_host(key, min(kmax + 1, hi)).reshape(G, hi - lo, -1))
+  return tuple(out)
+
+
+def _use_host_top(weights, kmax: int) -> bool:
+  """The device path selects on the host (:func:`host_top`): float32 NumPy weights, the CPU
+  backend and kmax >= :data:`HOST_TOP_FROM`."""
+  return (isinstance(weights, np.ndarray) and weights.dtype == np.float32
+          and kmax >= HOST_TOP_FROM and jax.default_backend() == "cpu")
 
 
 def _prepare(weights, x, ns, dtype):
@@ -322,11 +362,16 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
     raise LimitsError(f"top-N sizes {ns} must be positive integers")
   nsj = jax.device_put(np.asarray(ns, np.int32))
   if sorted_rows is None and max(ns) <= TOPK_MAX:  # device path: no host round trip
+    L = weights.shape[-1]
+    kmax = min(max(ns), L)  # exact: no scan shares this compile, lax.top_k's time grows with k
+    nb = default_blocks(L) if blocks is None else int(blocks)
+    top = None
+    if _use_host_top(weights, kmax):  # before the device arrays: the NumPy rows as they are
+      top = jax.device_put(host_top(weights.reshape((-1, L, L)), kmax, blocks=nb,
+                                    window=window))
     wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
-    # The exact largest N: no scan shares this compile, and lax.top_k's time grows with k.
-    out = layer_kernel(wj, xj, nsj, kmax=min(max(ns), L), inclusion=inclusion, bound=bound,
-                       blocks=default_blocks(L) if blocks is None else int(blocks),
-                       printed=printed, dtype=compute.name, window=window,
+    out = layer_kernel(wj, xj, nsj, kmax=kmax, inclusion=inclusion, bound=bound, blocks=nb,
+                       printed=printed, dtype=compute.name, window=window, top=top,
                        lean=lean and not printed, avg_dtype=_avg_name(avg_dtype, compute))
   else:
     w, x, ns = _prepare(weights, x, ns, dtype)

@@ -127,12 +127,14 @@ class ModelEvaluator:
       self._params = self._params()
     return self._params
 
-  def _layers(self, tok, dtype, *, cast_weights: bool = True):
+  def _layers(self, tok, dtype, *, cast_weights: bool = True, host_weights: bool = False):
     """Yields (weights (1, H, L, L), x, window) for each layer: device arrays of ``dtype`` (the
     layer kernel reads them where they are: no host round trip) and the layer's sliding window
     (W > 0 in a local layer, else 0: the record's ``window``). ``cast_weights=False`` keeps the
     weights in the record's dtype (float32: the layer kernel selects on them exactly and casts
-    after, :func:`limits.distance.kernels.layer_kernel`)."""
+    after, :func:`limits.distance.kernels.layer_kernel`). ``host_weights``: float32 records read
+    from the store stay NumPy arrays (the layer kernel then selects Algorithm 2's top keys on
+    the host, :func:`limits.distance.kernels.host_top`, and places the weights itself)."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None
@@ -141,7 +143,9 @@ class ModelEvaluator:
     for _, rec in layers:
       x = on_device(record_vectors(rec, self.vectors, emb))
       window = int(getattr(rec, "window", None) or 0)
-      wts = on_device(rec.weights)  # records read from the store are host arrays
+      wts = rec.weights  # records read from the store are host arrays
+      if not (host_weights and isinstance(wts, np.ndarray) and wts.dtype == np.float32):
+        wts = on_device(wts)
       yield (wts.astype(dtype) if cast_weights else wts), x.astype(dtype), window
       del rec
 
@@ -167,7 +171,8 @@ class ModelEvaluator:
     total = None
     for w in range(tokens.shape[0]):
       layers = []
-      for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False):
+      for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False,
+                                      host_weights=True):
         if folded:
           hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
                                           dtype=dtype, window=win, avg_dtype=avg)

@@ -119,10 +119,14 @@ def _bitwise_checks():
     assert not np.any(np.all(other == want, axis=(1, 2))[moving])
 
 
+@pytest.mark.slow
 def test_bit_for_bit_under_xla_defaults():
   """:func:`_bitwise_checks` in a subprocess with XLA's default flags (those of real runs;
   tests/conftest.py compiles at LLVM -O0 with the older fusion emitters, under which the two
-  paths differ in the last bit of a few values: 11 of 840 at 4e-17 absolute, block 2¹²)."""
+  paths differ in the last bit of a few values: 11 of 840 at 4e-17 absolute, block 2¹²).
+  In ``-m slow``: compiling every case at XLA's default optimisation took 60 s of the default
+  run (the slowest test there, 2026-12-06); the default run keeps the in-process comparison
+  (:func:`test_fd_rows_equals_the_previous_path`)."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env["LIMITS_TEST_XLA_DEFAULT"] = "1"
   r = subprocess.run([sys.executable, "-c", "import tests.test_gradient_fd_normals as t; "

@@ -21,10 +21,11 @@ from limits.distance import farthest
 from limits.distance.rows import RowStats, sqrt0
 
 
-def block_visible(lo: int, R: int, C: int, window: int = 0):
-  """(R, C) bool: key j visible from query lo + r (causal, and j > query − W when W > 0)."""
-  kpos = jnp.arange(C)[None, :]
-  qpos = (lo + jnp.arange(R))[:, None]
+def block_visible(lo: int, R: int, C: int, window: int = 0, xp=jnp):
+  """(R, C) bool: key j visible from query lo + r (causal, and j > query − W when W > 0);
+  ``xp=numpy`` builds it on the host (no device array, nothing to read back)."""
+  kpos = xp.arange(C)[None, :]
+  qpos = (lo + xp.arange(R))[:, None]
   vis = kpos <= qpos
   return vis & (kpos > qpos - window) if window else vis
 

@@ -222,8 +222,9 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
   top: the selection order from :func:`layer_top` (same kmax, or ``width=kmax``; blocks,
   window) or :func:`host_top` (the same indices, on the host), reused instead of selecting
-  again; a padded order (``width``) with ``bound=False`` only. lean: see :func:`_block_rows` (Algorithm 3's scan). avg_dtype (static): the dtype of
-  the averaged-only passes (:data:`AVERAGED`, :func:`_block_rows`); None = ``dtype``.
+  again; a padded order (``width``) with ``bound=False`` only. lean: see :func:`_block_rows`
+  (Algorithm 3's scan). avg_dtype (static): the dtype of the averaged-only passes
+  (:data:`AVERAGED`, :func:`_block_rows`); None = ``dtype``.
   """
   L = weights.shape[-1]
   exact_top = top is None or all(t.shape[-1] == min(kmax + 1, hi) for t, (_, hi) in
@@ -264,23 +265,26 @@ HOST_TOP_FROM = 32
 
 def host_top(weights, kmax: int, *, blocks: int, window: int = 0):
   """:func:`layer_top`'s selection order (no ``width``) on the host: for float32 NumPy weights
-  (G, L, L), a tuple over the causal blocks of (G, R_b, min(kmax + 1, hi_b)) int32 indices,
-  the indices of ``lax.top_k`` on the block's float32 rows with invisible keys at −inf
-  (:func:`limits.selection.top_k_rows_host`, tests/test_separability_host_top.py), which is
-  what :func:`_block_top` takes for float32 weights (no float64 tie fallback is needed)."""
+  (G, L, L), a tuple over the causal blocks of (G, R_b, min(kmax + 1, hi_b)) int32 indices
+  (:func:`block_top_host`), which is what :func:`_block_top` takes for float32 weights (no
+  float64 tie fallback is needed)."""
   w = np.asarray(weights)
   if w.dtype != np.float32:
     raise ValueError("host_top needs float32 weights (the indices of lax.top_k on them)")
-  G, L, _ = w.shape
-  out = []
-  for lo, hi in causal_blocks(L, blocks):
-    kpos, qpos = np.arange(hi)[None, :], np.arange(lo, hi)[:, None]
-    vis = kpos <= qpos  # block_visible's mask, built on the host (no device round trip)
-    if window:
-      vis = vis & (kpos > qpos - window)
-    key = np.where(vis, w[:, lo:hi, :hi], np.float32(-np.inf)).reshape(G * (hi - lo), hi)
-    out.append(top_k_rows_host(key, min(kmax + 1, hi)).reshape(G, hi - lo, -1))
-  return tuple(out)
+  L = w.shape[-1]
+  return tuple(block_top_host(w[:, lo:hi, :hi], lo, min(kmax + 1, hi), window)
+               for lo, hi in causal_blocks(L, blocks))
+
+
+def block_top_host(a, lo: int, k: int, window: int = 0):
+  """(G, R, k) int32: the indices of ``lax.top_k`` on the float32 weights a (G, R, C) (NumPy)
+  of the queries lo … lo + R − 1, the keys they cannot see at −inf (:func:`block_visible`'s
+  mask, built with NumPy: no device round trip), by :func:`limits.selection.top_k_rows_host`
+  (tests/test_separability_host_top.py). Shared by Algorithm 2 (:func:`host_top`) and
+  Algorithm 4 (``separability.model._block_top_host``)."""
+  G, R, C = a.shape
+  key = np.where(block_visible(lo, R, C, window, xp=np), a, np.float32(-np.inf))   # (G, R, C)
+  return top_k_rows_host(key.reshape(G * R, C), k).reshape(G, R, -1)
 
 
 def _use_host_top(weights, kmax: int) -> bool:

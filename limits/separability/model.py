@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.distance.kernels import block_visible, causal_blocks, check_window
-from limits.selection import (sort_desc, sort_rows, top_k_rows, top_k_rows_host,
-                              visible_window)
+from limits.distance.kernels import (block_top_host, block_visible, causal_blocks,
+                                     check_window)
+from limits.selection import sort_desc, sort_rows, top_k_rows, visible_window
 from limits.separability.rows import (row_stats,
                                       window_min_pairwise_distance)
 
@@ -254,10 +254,8 @@ def _block_top_host(a, lo: int, *, ns: tuple, window: int = 0):
   are). Run before the layer's kernel is dispatched, it overlaps the previous layer's."""
   H, R, C = a.shape
   n = _padded_rows(R)
-  vis = np.asarray(block_visible(lo, n, C, window))          # (n, C): the device path's mask
   a = np.pad(a, ((0, 0), (0, n - R), (0, 0)))
-  key = np.where(vis, a, np.float32(-np.inf))                # (H, n, C)
-  return top_k_rows_host(key.reshape(H * n, C), min(max(ns) + 1, C)).reshape(H, n, -1)
+  return block_top_host(a, lo, min(max(ns) + 1, C), window)
 
 
 def _block_sums(a, x, dl, M, lo: int, *, ns: tuple, rule: str, window: int = 0, idx=None):

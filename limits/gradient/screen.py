@@ -360,49 +360,31 @@ class Screen:
     first: dict = {}
     kept: dict | None = {}  # w -> [(global rows (m,), rows (m, w) f32, mask (m, w))]
     kept_bytes = 0
-    max_lo = jax.device_put(np.full(K, -np.inf, dt))  # on the device: no wait per group
-    # A block's open rows are read back only after the next block's groups are dispatched
-    # (JAX runs them asynchronously): the device works on block b while the host reads, casts
-    # and gathers block b + 1 (and, from the records' source, runs its forward and writes its
-    # records). The same decisions in the same order: max_lo only grows, as before.
-    waiting: list = []  # [(w, start, idx, rows, host_mask, open rows (n,) on the device)]
-
-    def keep(waiting):
-      nonlocal kept, kept_bytes
-      for w, start, idx, rows, host_mask, any_open in waiting:
-        if kept is None:
-          return
-        sel = idx[np.asarray(jax.device_get(any_open))]
-        kept_bytes += sel.size * w * 5
-        if kept_bytes > KEEP_BYTES:
-          kept = None
-        elif sel.size:
-          kept.setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
-                                         host_mask[sel, :w]))
-
+    max_lo = np.full(K, -np.inf, dt)
     for start, rows, mask in self.source.blocks():
       if tap is not None:
         tap(start, rows, mask)
       host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
       rows_d, mask_d = jax.device_put((rows, host_mask))
-      dispatched = []
       for idx, w in sensitivity.span_groups(host_mask, step=sensitivity.SPAN_STEP):
         chunk = max(1, self.block_elems // (K * w))
         out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
                                                             self._padded(idx, chunk), Td)
         part = tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:5])
         parts.setdefault(w, []).append((start + idx,) + part)
-        max_lo = jnp.maximum(max_lo, out[5])  # exact: the same maximum as on the host
+        max_lo = np.maximum(max_lo, np.asarray(jax.device_get(out[5])))
         if w not in first:
           first[w] = (np.asarray(rows[idx[0], :w]), host_mask[idx[0], :w])
         if kept is not None:
-          und = _decide_fn(idx.size, self.rtol, w)(*part, max_lo, Td, pd, td)[0]
-          dispatched.append((w, start, idx, rows, host_mask, jnp.any(und, axis=1)))
-      keep(waiting)
-      waiting = dispatched
+          und = _decide_fn(idx.size, self.rtol, w)(*part, jax.device_put(max_lo), Td, pd, td)[0]
+          sel = idx[np.asarray(jax.device_get(jnp.any(und, axis=1)))]
+          kept_bytes += sel.size * w * 5
+          if kept_bytes > KEEP_BYTES:
+            kept = None
+          elif sel.size:
+            kept.setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
+                                           host_mask[sel, :w]))
       del rows_d, mask_d
-    keep(waiting)
-    max_lo = np.asarray(jax.device_get(max_lo))
     groups = {w: parts[w] for w in sorted(parts)}  # not concatenated: half the peak memory
     if kept is not None:
       kept = {w: tuple(np.concatenate([q[i] for q in v]) for i in range(3))

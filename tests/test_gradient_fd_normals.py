@@ -1,7 +1,8 @@
 """g(T, ε) (Algorithm 5, ``sensitivity.fd_rows``) with its random normals drawn into a buffer
-first (one ``lax.map``, then g by a second one; several calls per span group when the buffer
-would pass ``NORMALS_BYTES``) gives the same bits as the path before (the draw inside g's loop,
-``gradient_rows.g_rows`` per chunk), and its directions are ``jacobians.random_directions``'s."""
+first (one draw per call, then g by a ``lax.map`` over chunks; several calls per span group
+when the buffer would pass ``NORMALS_BYTES``) gives the same bits as the path before (the draw
+inside g's loop, ``gradient_rows.g_rows`` per chunk), and its directions are
+``jacobians.random_directions``'s."""
 
 import functools
 import os

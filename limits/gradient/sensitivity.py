@@ -197,8 +197,9 @@ def _fd_group_fn(norm_fn, width: int, chunk: int, dtype_name: str):
   users of the normals, the norm and the division, and runs them twice), then g by a
   ``lax.map`` over the chunks (``gradient_rows.g_from_normals``). The draw is one fusion over
   the call, which XLA spreads over the cores (drawn per chunk inside a ``lax.map``, it used
-  ~1.3 of 2 cores): SmolLM2's 69,120 sampled rows at 8 temperatures, fd_rows 6.0 → 5.0 s wall
-  (the same CPU time, the same bits). The same bits as ``gradient_rows.g_rows`` on each chunk
+  ~1.3 of 2 cores; the whole gradient step 1.10× faster at SmolLM2 paper settings, ``python -m
+  benchmarks.reproduce --model=smollm2 --only=gradient --reference_rev=3287094 --pairs=3``,
+  WORKSPACE). The same bits as ``gradient_rows.g_rows`` on each chunk
   under XLA's default flags (tests/test_gradient_fd_normals.py; to 1e-13 under the test
   suite's -O0 flags)."""
   from limits.gradient import rows as gradient_rows

@@ -357,8 +357,26 @@ def _avg_name(avg_dtype, compute):
   return avg.name if avg.itemsize < compute.itemsize else None
 
 
-def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed, window=0,
-         lean=False, avg_dtype=None):
+class Pending:
+  """A layer's statistics dispatched and not yet read back (:func:`layer_stats` with
+  ``wait=False``): :meth:`result` waits for the device and returns what the call would have
+  returned. A caller streaming layers (:meth:`limits.distance.model.ModelEvaluator.head_stats`)
+  reads layer l back after dispatching layer l + 1, so the host's work between two kernels
+  (reading and checking the next records, placing them, Algorithm 2's host top k) overlaps the
+  device's instead of leaving it idle; the same arrays, read in the same order."""
+
+  def __init__(self, out, shape, finish=None):
+    self._out, self._shape, self._finish = out, shape, finish
+
+  def result(self):
+    out = jax.device_get(self._out)
+    out = jax.tree.map(lambda v: np.asarray(v).reshape(self._shape + v.shape[1:]), out)
+    return out if self._finish is None else self._finish(out)
+
+
+def _dispatch(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printed,
+              window=0, lean=False, avg_dtype=None, finish=None) -> Pending:
+  """Places the arrays and dispatches the layer kernel; no wait (:class:`Pending`)."""
   check_inclusion(inclusion)
   window = check_window(window)
   ns = [int(n) for n in ns]
@@ -393,14 +411,13 @@ def _run(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, printe
                         cap=cap, inclusion=inclusion, bound=bound,
                         row_block=max(1, min(L, (1 << 21) // max(cap * L, 1))),
                         blocks=blocks, printed=printed, window=window, lean=lean)
-  out = jax.device_get(out)
-  return jax.tree.map(lambda v: np.asarray(v).reshape((B, H) + v.shape[1:]), out)
+  return Pending(out, (B, H), finish)
 
 
 def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                 bound: bool = True, dtype=None, sorted_rows=None,
                 blocks: int | None = None, window: int | None = 0,
-                lean: bool = False, avg_dtype=None) -> HeadStats:
+                lean: bool = False, avg_dtype=None, wait: bool = True) -> HeadStats:
   """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
 
   Args:
@@ -423,27 +440,34 @@ def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_min
     avg_dtype: a dtype narrower than ``dtype`` (float32) for the passes that only feed
       reported token averages (:data:`AVERAGED`: E); device path only (max(ns) <=
       TOPK_MAX, no ``sorted_rows``). None: everything in ``dtype``.
+    wait: False returns a :class:`Pending` at once (the kernel dispatched, nothing read
+      back); its ``result()`` is what this call returns with ``wait=True``.
   Returns:
     HeadStats with fields (B, H, K) (NumPy arrays).
   """
-  st, _ = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-               sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window, lean=lean,
-               avg_dtype=avg_dtype)
-  return st
+  pending = _dispatch(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
+                      sorted_rows=sorted_rows, blocks=blocks, printed=False, window=window,
+                      lean=lean, avg_dtype=avg_dtype, finish=lambda out: out[0])
+  return pending.result() if wait else pending
+
+
+def _printed_means(out):
+  """(HeadStats, printed sums (B, H, K, 3)) → (HeadStats, {name in PRINTED: token mean})."""
+  st, sums = out
+  cnt = st.count.astype(np.float64)
+  return st, {name: np.where(cnt > 0, sums[..., i] / np.maximum(cnt, 1), np.nan)
+              for i, name in enumerate(PRINTED)}
 
 
 def layer_stats_printed(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                         bound: bool = True, dtype=None, blocks: int | None = None,
-                        window: int | None = 0, avg_dtype=None):
+                        window: int | None = 0, avg_dtype=None, wait: bool = True):
   """:func:`layer_stats` and, from the same kernel (shared s, c and causal blocks), the token
   averages of the printed E and of the E with p = N/L (:func:`limits.distance.printed.head_expectations`
   averaged over counted queries): ``(HeadStats (B, H, K), {name in PRINTED: (B, H, K)})``.
-  ``window``, ``avg_dtype``: as in :func:`layer_stats` (x̄ is then the mean of the query's
-  window; the printed E are averaged-only: :data:`AVERAGED`)."""
-  st, sums = _run(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
-                  sorted_rows=None, blocks=blocks, printed=True, window=window,
-                  avg_dtype=avg_dtype)
-  cnt = st.count.astype(np.float64)
-  means = {name: np.where(cnt > 0, sums[..., i] / np.maximum(cnt, 1), np.nan)
-           for i, name in enumerate(PRINTED)}
-  return st, means
+  ``window``, ``avg_dtype``, ``wait``: as in :func:`layer_stats` (x̄ is then the mean of the
+  query's window; the printed E are averaged-only: :data:`AVERAGED`)."""
+  pending = _dispatch(weights, x, ns, inclusion=inclusion, bound=bound, dtype=dtype,
+                      sorted_rows=None, blocks=blocks, printed=True, window=window,
+                      avg_dtype=avg_dtype, finish=_printed_means)
+  return pending.result() if wait else pending

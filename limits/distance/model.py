@@ -171,21 +171,37 @@ class ModelEvaluator:
     total = None
     for w in range(tokens.shape[0]):
       layers = []
+
+      def read_back(pending, w=w, layers=layers):
+        # One layer behind the dispatch (kernels.Pending): layer l is read back after layer
+        # l + 1's records are read and its kernel dispatched, so that host work overlaps the
+        # device's. Layers are read back in order: the same sums in the same order.
+        if folded:
+          hs, means = pending.result()
+          layer_hook.add(w, {k: v[0] for k, v in means.items()})
+        else:
+          hs = pending.result()
+        layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
+        if on_layer is not None:
+          on_layer()
+
+      previous = None
       for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False,
                                       host_weights=True):
         if folded:
-          hs, means = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                          dtype=dtype, window=win, avg_dtype=avg)
-          layer_hook.add(w, {k: v[0] for k, v in means.items()})
+          pending = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
+                                        dtype=dtype, window=win, avg_dtype=avg, wait=False)
         else:
-          hs = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound, dtype=dtype,
-                           window=win, lean=lean,
-                           avg_dtype=None if lean else avg)  # KS: no
-        layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
+          pending = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound,
+                                dtype=dtype, window=win, lean=lean,
+                                avg_dtype=None if lean else avg, wait=False)  # KS: no
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)
-        if on_layer is not None:
-          on_layer()
+        if previous is not None:
+          read_back(previous)
+        previous = pending
+      if previous is not None:
+        read_back(previous)
       st = concat_heads(layers)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

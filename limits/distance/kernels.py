@@ -417,7 +417,7 @@ def _dispatch(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, p
 def layer_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                 bound: bool = True, dtype=None, sorted_rows=None,
                 blocks: int | None = None, window: int | None = 0,
-                lean: bool = False, avg_dtype=None, wait: bool = True) -> HeadStats:
+                lean: bool = False, avg_dtype=None, wait: bool = True) -> "HeadStats | Pending":
   """Per-head Theorem 1 statistics of one layer, fast path; same values as :func:`head_stats`.
 
   Args:

@@ -8,7 +8,8 @@ the verdicts compared.
 Paper settings are the default; ``--quick`` the small grids; ``--windows=1`` is the paper's
 grids on 1 of its 4 windows (a quarter of the paper settings' work). At the start the driver
 measures float32 GEMM, elementwise and sort rates (``benchmarks.work.measure_rates``) and
-the machine's load; per step it prints wall seconds, the work the step has to do (forward and
+the machine's load (and the rates again at the end: the ratios from both bracket the machine's
+drift within the run); per step it prints wall seconds, the work the step has to do (forward and
 statistics GFLOP, elements, sorted entries: ``benchmarks.work.step_work``), the floor those
 rates give, the ratio wall / floor, the step's CPU seconds (user + system: the better guide on
 a shared machine) and its peak resident memory (the runner's ``wait4`` record); then a bound of
@@ -128,6 +129,25 @@ def _work_rows(rates) -> dict[str, dict]:
   return rows
 
 
+def end_ratios(steps: dict, works_end: dict) -> dict[str, dict]:
+  """Per step with a floor: the floor from the rates measured at the end of the run and the
+  ratio wall / that floor, beside the start's (``steps``: the report's rows, ``works_end``:
+  :func:`_work_rows` at the end rates). This machine's speed drifts within a run (tens of per
+  cent over an hour): the two ratios bracket what the start's rates alone would claim."""
+  out = {}
+  for name, row in steps.items():
+    wk = works_end.get(name)
+    if not wk or wk["floor_s"] <= 0 or not row.get("ours_s"):
+      continue
+    out[name] = {"floor_end_s": wk["floor_s"], "ours_over_floor_end": row["ours_s"] / wk["floor_s"]}
+  return out
+
+
+def _rates_text(rates) -> str:
+  return (f"GEMM {rates['gemm_flop_s'] / 1e9:.1f} GFLOP/s, elementwise "
+          f"{rates['elementwise_s'] / 1e9:.2f} Gelem/s, sort {rates['sort_s'] / 1e6:.0f} Melem/s")
+
+
 def _load() -> str:
   return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) + f" ({os.cpu_count()} CPUs)"
 
@@ -136,9 +156,7 @@ def main(argv):
   del argv
   load_start = _load()
   rates = work.measure_rates()
-  print(f"{load_start}; rates: GEMM {rates['gemm_flop_s'] / 1e9:.1f} GFLOP/s, elementwise "
-        f"{rates['elementwise_s'] / 1e9:.2f} Gelem/s, sort {rates['sort_s'] / 1e6:.0f} Melem/s "
-        "(float32, measured now)", flush=True)
+  print(f"{load_start}; rates: {_rates_text(rates)} (float32, measured now)", flush=True)
   works = _work_rows(rates)
   runs = {"ours": [], "reference": []}
   with tempfile.TemporaryDirectory(prefix="bench_reproduce_") as tmp:
@@ -197,6 +215,16 @@ def main(argv):
     print(f"{name:34s} " + " ".join(f"{c:>8s}" if i < 6 or i > 8 else f"{c:>7s}"
                                      for i, c in enumerate(cols)) + paper)
   print(f"load at start: {load_start}; at end: {report['load_end']}")
+  if names and not FLAGS.reuse:  # the rates again, after the runs: the drift within the run
+    rates_end = work.measure_rates()
+    report["rates_end"] = rates_end
+    ends = end_ratios(report["steps"], _work_rows(rates_end))
+    for name, e in ends.items():
+      report["steps"][name].update(e)
+    print(f"rates at the end: {_rates_text(rates_end)}; ours / floor from the start's and the "
+          "end's rates: " + ", ".join(
+              f"{n} {report['steps'][n]['ours_over_floor']:.1f}/{e['ours_over_floor_end']:.1f}"
+              for n, e in ends.items()))
   if not runs["ours"]:
     print("no finished run of ours to report")
     return

@@ -113,3 +113,18 @@ def test_separability_model_floor_counts_every_visible_keys_distance():
   NL, H, L, d = 2, 3, 64, 8
   assert got["flop"] == 2.0 * NL * H * L * 5 * d + 2 * d * (NL * H * L * L / 2) * 2
   assert got["elements"] == NL * H * L * L / 2 * 3 and got["sort_elements"] == NL * H * L * L / 2
+
+
+def test_end_ratios_use_the_floor_of_the_end_rates():
+  """benchmarks.reproduce.end_ratios: wall / the floor from the rates measured after the runs
+  (not the start's), only for steps with a floor and a wall time."""
+  from benchmarks import reproduce as bench
+
+  steps = {"vanishing": {"ours_s": 12.0, "ours_over_floor": 4.0},  # start floor 3 s
+           "gradient_synthetic": {"ours_s": 5.0},                    # no model: no floor
+           "distance_vary_n": {"ours_s": None}}                      # did not run
+  works_end = {"vanishing": {"floor_s": 4.0}, "gradient_synthetic": None,
+               "distance_vary_n": {"floor_s": 2.0}}
+  out = bench.end_ratios(steps, works_end)
+  assert set(out) == {"vanishing"}
+  assert out["vanishing"] == {"floor_end_s": 4.0, "ours_over_floor_end": pytest.approx(3.0)}

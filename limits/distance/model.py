@@ -169,23 +169,21 @@ class ModelEvaluator:
     ns = [int(n) for n in ns]
     folded = isinstance(layer_hook, PrintedExpectations) and layer_hook.ns == ns
     total = None
+
+    def read_back(pending, w, layers):
+      # One layer behind the dispatch (kernels.Pending): layer l is read back after layer
+      # l + 1's records are read and its kernel dispatched, so that host work overlaps the
+      # device's. Layers are read back in order: the same sums in the same order.
+      hs = pending.result()
+      if folded:
+        hs, means = hs
+        layer_hook.add(w, {k: v[0] for k, v in means.items()})
+      layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
+      if on_layer is not None:
+        on_layer()
+
     for w in range(tokens.shape[0]):
-      layers = []
-
-      def read_back(pending, w=w, layers=layers):
-        # One layer behind the dispatch (kernels.Pending): layer l is read back after layer
-        # l + 1's records are read and its kernel dispatched, so that host work overlaps the
-        # device's. Layers are read back in order: the same sums in the same order.
-        if folded:
-          hs, means = pending.result()
-          layer_hook.add(w, {k: v[0] for k, v in means.items()})
-        else:
-          hs = pending.result()
-        layers.append(jax.tree.map(lambda v: v[0], hs))  # (H, K)
-        if on_layer is not None:
-          on_layer()
-
-      previous = None
+      layers, previous = [], None
       for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False,
                                       host_weights=True):
         if folded:
@@ -198,10 +196,10 @@ class ModelEvaluator:
         if layer_hook is not None and not folded:
           layer_hook(w, wts.astype(dtype), x)
         if previous is not None:
-          read_back(previous)
+          read_back(previous, w, layers)
         previous = pending
       if previous is not None:
-        read_back(previous)
+        read_back(previous, w, layers)
       st = concat_heads(layers)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

@@ -9,6 +9,7 @@ its per-head sums into the CSV and summary rows of the ``distance`` experiment.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import jax
@@ -21,6 +22,7 @@ from limits.selection import sort_rows
 from limits.distance.heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance.rows import check_form, check_inclusion
 from limits.errors import LimitsError
+from limits.records.streaming import one_behind
 
 VECTORS = ("value", "key", "hidden", "embedding")
 
@@ -170,10 +172,23 @@ class ModelEvaluator:
     folded = isinstance(layer_hook, PrintedExpectations) and layer_hook.ns == ns
     total = None
 
-    def read_back(pending, w, layers):
-      # One layer behind the dispatch (kernels.Pending): layer l is read back after layer
-      # l + 1's records are read and its kernel dispatched, so that host work overlaps the
-      # device's. Layers are read back in order: the same sums in the same order.
+    def dispatch(w, layer):
+      wts, x, win = layer
+      if folded:
+        pending = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
+                                      dtype=dtype, window=win, avg_dtype=avg, wait=False)
+      else:
+        pending = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound,
+                              dtype=dtype, window=win, lean=lean,
+                              avg_dtype=None if lean else avg, wait=False)  # KS: no
+      if layer_hook is not None and not folded:
+        layer_hook(w, wts.astype(dtype), x)
+      return pending
+
+    def read_back(w, layers, pending):
+      # One layer behind the dispatch (records.streaming.one_behind, kernels.Pending): layer l
+      # is read back after layer l + 1's records are read and its kernel dispatched, so that
+      # host work overlaps the device's; in order: the same sums in the same order.
       hs = pending.result()
       if folded:
         hs, means = hs
@@ -183,23 +198,9 @@ class ModelEvaluator:
         on_layer()
 
     for w in range(tokens.shape[0]):
-      layers, previous = [], None
-      for wts, x, win in self._layers(tokens[w:w + 1], dtype, cast_weights=False,
-                                      host_weights=True):
-        if folded:
-          pending = layer_stats_printed(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                        dtype=dtype, window=win, avg_dtype=avg, wait=False)
-        else:
-          pending = layer_stats(wts, x, ns, inclusion=self.inclusion, bound=bound,
-                                dtype=dtype, window=win, lean=lean,
-                                avg_dtype=None if lean else avg, wait=False)  # KS: no
-        if layer_hook is not None and not folded:
-          layer_hook(w, wts.astype(dtype), x)
-        if previous is not None:
-          read_back(previous, w, layers)
-        previous = pending
-      if previous is not None:
-        read_back(previous, w, layers)
+      layers = []
+      one_behind(self._layers(tokens[w:w + 1], dtype, cast_weights=False, host_weights=True),
+                 functools.partial(dispatch, w), functools.partial(read_back, w, layers))
       st = concat_heads(layers)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

@@ -202,6 +202,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
   from limits.records import sources
   from limits.distance.model import record_fields, record_vectors
   from limits.runs.progress import Progress
+  from limits.records.streaming import one_behind
 
   c = config
   model = sources.load_model(c.model)
@@ -267,28 +268,24 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
             emit(final=False)
           raise
 
-      # Layer l + 1 is dispatched (JAX runs it asynchronously) before layer l's sums are
-      # fetched: two kernels in flight use both cores (a layer's kernel alone uses ~1.3).
-      running = None                                                   # (layer, device sums)
-      for layer, rec in records.iter_layers(model, tokens[w:w + 1],
-                                            fields=record_fields(c.vectors)):
+      def dispatch(item):
         # (H, L, L) float32 on the host: layer_sums selects each block's top k keys there (the
         # indices of lax.top_k, ~2x less CPU) while the previous layer's kernel runs; cast on
         # the device.
+        layer, rec = item
         weights = np.asarray(rec.weights[0])
         x = jnp.asarray(record_vectors(rec, c.vectors)[0])
         if x.ndim == 2:                                                # hidden: (L, D) shared
           x = jnp.broadcast_to(x[None], (H,) + x.shape)
-        v = x                                                          # (H, L, d)
         window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
-        del rec
-        out = separability_model.layer_sums(                          # top k on the host
-            weights, v, ns, c.radius, rule=c.rule, window=window, dtype=dtype)
-        if running is not None:
-          finish(*running)
-        running = (layer, out)
-      if running is not None:
-        finish(*running)
+        return layer, separability_model.layer_sums(                   # top k on the host
+            weights, x, ns, c.radius, rule=c.rule, window=window, dtype=dtype)
+
+      # Layer l + 1 is dispatched (JAX runs it asynchronously) before layer l's sums are
+      # fetched (records.streaming.one_behind): two kernels in flight use both cores (a
+      # layer's kernel alone uses ~1.3).
+      one_behind(records.iter_layers(model, tokens[w:w + 1], fields=record_fields(c.vectors)),
+                 dispatch, lambda done: finish(*done))
 
 
 def run(config: SeparabilityConfig, out_dir, ns) -> None:

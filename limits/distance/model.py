@@ -21,6 +21,7 @@ from limits.distance.search import search_stats
 from limits.selection import sort_rows
 from limits.distance.heads import SUMMED, HeadStats, combine, concat_heads, token_means
 from limits.distance.rows import check_form, check_inclusion
+from limits.distance.rowspace import row_space
 from limits.errors import LimitsError
 from limits.records.streaming import one_behind
 
@@ -144,6 +145,8 @@ class ModelEvaluator:
               else self.layer_source(tok))
     for _, rec in layers:
       x = on_device(record_vectors(rec, self.vectors, emb))
+      if x.ndim == 3:  # a reading shared by every head (B, L, D): in its own span when L < D
+        x = row_space(x)
       window = int(getattr(rec, "window", None) or 0)
       wts = rec.weights  # records read from the store are host arrays
       if not (host_weights and isinstance(wts, np.ndarray) and wts.dtype == np.float32):

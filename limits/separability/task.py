@@ -201,6 +201,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
   from limits.separability import model as separability_model
   from limits.records import sources
   from limits.distance.model import record_fields, record_vectors
+  from limits.distance.rowspace import row_space
   from limits.runs.progress import Progress
   from limits.records.streaming import one_behind
 
@@ -275,7 +276,8 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         layer, rec = item
         weights = np.asarray(rec.weights[0])
         x = jnp.asarray(record_vectors(rec, c.vectors)[0])
-        if x.ndim == 2:                                                # hidden: (L, D) shared
+        if x.ndim == 2:  # hidden: (L, D) shared by the heads, in its own span when L < D
+          x = row_space(x)
           x = jnp.broadcast_to(x[None], (H,) + x.shape)
         window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
         return layer, separability_model.layer_sums(                   # top k on the host

@@ -107,12 +107,18 @@ def _cut(shared, lo: int, hi: int):
 
 
 # Below this length a layer is one block: every block is compiled as its own copy of the
-# kernel (4 blocks: 2.4-3.3× the compile time of 1), and the work saved (38 % of the
-# elementwise passes) shows only at long rows. Embedded model, float64, N = 5, printed E, on 2
-# cores under load 11-15 (layer_kernel timed alone on random causal rows, 4 heads, d = 32):
-# L = 512 runs 0.17 s with 1 block, 0.30 s with 4; L = 1,024 1.36 s vs 1.10 s in one probe,
-# 1.67 s vs 1.69 s in another.
-BLOCKS_FROM_LENGTH = 1024
+# kernel (4 blocks: 2.4-3.3× the compile time of 1; at L = 512 on 2 cores, no persistent
+# cache, first call 1.3-1.4 s -> 3.3-3.5 s with N = 5, 2.1 -> 4.8 s with Algorithm 2's five N),
+# and the work saved (38 % of the products and elementwise passes) shows only at long rows.
+# 1,024 until the twenty-second session, from a probe of the embedded model's shapes under
+# load 11-15 (L = 512: 0.17 s with 1 block, 0.30 s with 4); measured again there (2026-12-07,
+# idle, float64, printed E, float32 averages, median of 4 alternated calls, scratch script)
+# with today's kernel, L = 512: SmolLM2's value shapes (9 heads, d = 64) 0.084 -> 0.057 s
+# with N = 5 and 0.264 -> 0.177 s with N = 1, 5, 10, 20, 100; its residual stream (d = 576)
+# 0.239 -> 0.187 and 0.649 -> 0.403 s; the embedded model's (4 heads, d = 32) 0.027 -> 0.014
+# and 0.092 -> 0.065 s. At L = 256 no gain (d = 256, five N: 0.144 vs 0.150 s); at L = 1,024
+# 8 blocks instead of 4: 0.213 -> 0.209 and 0.579 -> 0.565 s (not taken: twice the compile).
+BLOCKS_FROM_LENGTH = 512
 
 
 def default_blocks(L: int) -> int:

@@ -14,10 +14,9 @@ kernel reduces them (every block's rows, in order), so the sums are those of the
 (tests/test_distance_search.py checks them against ``layer_stats``, ties and windows
 included).
 
-Blocks (:func:`search_blocks`): the kernel's 4 causal blocks from L = 1,024
-(:func:`limits.distance.kernels.default_blocks`), and here already from L = 512, where the
-kernel takes one block (the full square): the search's later rounds (N near 0.8·L) then read
-the last block's rows only. Each distinct list of per-block N counts is one compile (the
+Blocks (:func:`search_blocks`): 4 causal blocks from L = 512, as the kernel
+(:func:`limits.distance.kernels.default_blocks`): the search's later rounds (N near 0.8·L) then
+read the last block's rows only. Each distinct list of per-block N counts is one compile (the
 bisection's first round, then its later rounds near one N: usually two per L).
 """
 
@@ -37,8 +36,8 @@ from limits.distance.rows import RowStats, check_inclusion
 from limits.errors import LimitsError
 from limits.selection import select_thresholds, sort_rows, thresholds_from_sorted
 
-# From this length the search and the scan split a layer into 4 causal query blocks (the
-# kernel's default_blocks from 1,024). Not below: each block is its own copy of the per-N body
+# From this length the search and the scan split a layer into 4 causal query blocks (as the
+# kernel's default_blocks). Not below: each block is its own copy of the per-N body
 # (compile time), and short layers gain little (SmolLM2, one layer, 8 N, CPU s at L = 256:
 # 0.043 -> 0.021; the --quick grids stop at 256 and are compile-bound).
 SEARCH_BLOCKS_FROM = 512

@@ -7,6 +7,7 @@ modules that still exist) beside the current one, takes one layer's weights and 
 from the model (random tokens: only the time matters), checks that both give the same
 HeadStats (1e-12 relative, float64), then times ``layer_stats`` for each case, reference and
 ours alternating in this process, and prints the median ratio with the spread.
+``--vectors=hidden``: the residual stream (B, L, D), one array shared by every head.
 Cases: N = 5 with the bound (Algorithm 1 at one L), N ∈ {1, 5, 10, 20, 100} with the bound
 (Algorithm 2), 8 N without the bound in float32 (one Algorithm 3 probe), all on the
 host-threshold path; ``alg1p``, ``alg2p``: the same Ns as the steps run them (the device path
@@ -27,6 +28,9 @@ flags.DEFINE_string("model", "smollm2", "tiny, gpt2_124m (random weights), smoll
 flags.DEFINE_integer("length", 1024, "Window length L.")
 flags.DEFINE_integer("layer", 1, "Which layer's records to use.")
 flags.DEFINE_integer("pairs", 3, "Alternating (reference, ours) pairs per case.")
+flags.DEFINE_enum("vectors", "value", ["value", "hidden"], "x_i: the per-head value vectors "
+                  "(B, H, L, d), or the residual stream (B, L, D) shared by every head "
+                  "(AMBIG-7's hidden reading, as the step passes it when L >= D).")
 flags.DEFINE_string("cases", "alg1,alg2,alg3", "Which cases: alg1 (N = 5, bound), alg2 (five N, "
                     "bound), alg3 (8 N, KS probe); alg1p, alg2p (device path with the printed "
                     "E, as the vary_length / vary_n steps call it); alg3s (the critical_n "
@@ -64,7 +68,8 @@ def main(argv):
   for i, (_, rec) in enumerate(models.iter_layers(params, jnp.asarray(tok), config)):
     if i == FLAGS.layer:
       break
-  w, x = np.asarray(rec.weights, np.float64), np.asarray(rec.v, np.float64)
+  w = np.asarray(rec.weights, np.float64)
+  x = np.asarray(rec.v if FLAGS.vectors == "value" else rec.x, np.float64)
   w32, x32 = w.astype(np.float32), x.astype(np.float32)
   cases = {"alg1": ("N = 5, bound, float64", w, x, [5], True),
            "alg2": ("N = 1,5,10,20,100, bound, float64", w, x, [1, 5, 10, 20, 100], True),
@@ -77,7 +82,8 @@ def main(argv):
                           "search"),
                 "alg3top": ("critical_n scan selection order, N_max = L/4", w32, x32, [], "top")})
   cases = [cases[c] for c in FLAGS.cases.split(",")]
-  print(f"{FLAGS.model}, L = {L}, layer {FLAGS.layer}, heads {w.shape[1]}, d_head {x.shape[-1]}; "
+  print(f"{FLAGS.model}, L = {L}, layer {FLAGS.layer}, heads {w.shape[1]}, "
+        f"{FLAGS.vectors} vectors of {x.shape[-1]} dimensions; "
         f"reference = limits/distance/kernels.py at {FLAGS.ref}", flush=True)
   for name, wc, xc, ns, bound in cases:
     if bound == "top":  # Algorithm 3's scan: the order it keeps per L (no statistics)

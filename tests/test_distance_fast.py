@@ -308,3 +308,32 @@ def test_lean_leaves_only_the_gap_out():
       if name != "gap":
         np.testing.assert_array_equal(getattr(lean, name), getattr(full, name), err_msg=name)
     assert (np.asarray(lean.gap) == 0).all() and (np.asarray(full.gap) > 0).all()
+
+
+@pytest.mark.parametrize("ns, blocks", [([5], 1), ([1, 5, 10, 20, 100], 4)])
+def test_a_reading_shared_by_the_heads_is_prepared_once_with_the_same_values(monkeypatch, ns,
+                                                                             blocks):
+  """x (1, L, d) shared by every head (the residual stream): the device kernel gets it as
+  (L, d) and computes ‖x‖², the distance matrix, its prefix maxima and x's prefix sums once;
+  the statistics equal those of the same vectors given per head (1, H, L, d), float64, to
+  1e-13 relative (the same operations; XLA may order a product's sums differently outside
+  the per-head loop; 0 measured). The kernel is checked to receive the (L, d) form."""
+  from limits.distance import kernels as df
+
+  seen = []
+  real = df.layer_kernel
+  monkeypatch.setattr(df, "layer_kernel",
+                      lambda w, x, *a, **k: seen.append(x.shape) or real(w, x, *a, **k))
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(11)
+    B, H, L, d = 1, 3, 140, 20
+    w = _causal_weights(rng, B, H, L)
+    w[0, 1, 90, 4:30] = w[0, 1, 90, 3]  # ties at the N-th place
+    x = rng.normal(size=(B, L, d))
+    st_shared, m_shared = df.layer_stats_printed(w, x, ns, blocks=blocks)
+    st_heads, m_heads = df.layer_stats_printed(
+        w, np.ascontiguousarray(np.broadcast_to(x[:, None], (B, H, L, d))), ns, blocks=blocks)
+  assert seen == [(L, d), (B * H, L, d)]
+  _assert_same(st_heads, st_shared, rtol=1e-13)
+  for key in df.PRINTED:
+    np.testing.assert_allclose(m_shared[key], m_heads[key], rtol=1e-13, err_msg=key)

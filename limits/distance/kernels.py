@@ -218,7 +218,9 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
                  window: int = 0, top=None, lean: bool = False, avg_dtype=None):
   """Device path, everything under jit: (HeadStats (G, K), printed sums (G, K, 3) or None).
 
-  weights (G, L, L) causal rows, x (G, L, d), ns (K,) int32 each <= kmax (static). Each row's
+  weights (G, L, L) causal rows, x (G, L, d) or (L, d) shared by the G heads (what does not
+  depend on the head, :func:`_head_shared`, is then computed once), ns (K,) int32 each <= kmax
+  (static). Each row's
   top kmax + 1 keys from one ``lax.top_k`` (:func:`limits.selection.top_k_rows`, the one tie
   rule), I_N as a rank cut, d_1 from the per-key prefix maxima (:func:`.farthest.d1_sq_prefix`), the
   printed E (:data:`PRINTED`, sums over counted queries) on the same s, c and causal blocks.
@@ -240,11 +242,18 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
                      "bound=False only")
   dtype = x.dtype if dtype is None else jnp.dtype(dtype)
   x = x.astype(dtype)
+  head_shared = functools.partial(_head_shared, bound=bound, printed=printed and not lean,
+                                  window=window, prefix=ns.shape[0] * (kmax + 1) > D1_DIRECT_K)
+  # x (L, d): one reading shared by every head (the residual stream, AMBIG-7): its arrays
+  # (‖x‖², the distance matrix, its prefix maxima, x's prefix sums) computed once, not per head.
+  common = head_shared(x) if x.ndim == 2 else None
 
   def per_head(args):
-    a, xh, tops = args
-    shared = _head_shared(xh, bound=bound, printed=printed and not lean, window=window,
-                          prefix=ns.shape[0] * (kmax + 1) > D1_DIRECT_K)
+    if common is not None:
+      (a, tops), xh, shared = args, x, common
+    else:
+      a, xh, tops = args
+      shared = head_shared(xh)
     parts = []
     for b, (lo, hi) in enumerate(causal_blocks(L, blocks)):
       ab = a[lo:hi, :hi]
@@ -259,7 +268,7 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
                                avg_dtype=avg_dtype, top_s=exact_top and not lean))
     return _reduce(parts, printed)
 
-  return lax.map(per_head, (weights, x, top))
+  return lax.map(per_head, (weights, top) if common is not None else (weights, x, top))
 
 
 # From this largest N on, the device path selects on the host when the weights are float32
@@ -318,18 +327,22 @@ def on_device(a):
   return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
 
 
-def _device_arrays(weights, x, dtype):
+def _device_arrays(weights, x, dtype, *, keep_shared: bool = False):
   """(weights (B·H, L, L), x (B·H, L, d), (B, H, L), compute dtype) as device arrays: JAX
   arrays (e.g. a layer's records) stay on the device, NumPy arrays are placed explicitly.
   x is cast to the compute dtype (``dtype``, default the weights'); float32 (or narrower)
   weights stay float32 (exact: the kernel selects on them and casts after), wider ones are
-  cast to the compute dtype."""
+  cast to the compute dtype. ``keep_shared``: x (1, L, d) shared by the heads of one window
+  comes back as (L, d), not broadcast (:func:`layer_kernel` then computes its per-head arrays
+  once)."""
   weights, x = on_device(weights), on_device(x)
   compute = jnp.dtype(dtype or weights.dtype)
   narrow = jnp.issubdtype(weights.dtype, jnp.floating) and weights.dtype.itemsize <= 4
   w = weights.astype(jnp.float32 if narrow and compute.itemsize > 4 else compute)
   B, H, L, _ = w.shape
   x = x.astype(compute)
+  if x.ndim == 3 and B == 1 and keep_shared:
+    return w.reshape(B * H, L, L), x[0], (B, H, L), compute
   if x.ndim == 3:
     x = jnp.broadcast_to(x[:, None], (B, H) + x.shape[1:])
   return w.reshape(B * H, L, L), x.reshape(B * H, L, x.shape[-1]), (B, H, L), compute
@@ -397,7 +410,7 @@ def _dispatch(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, p
     if _use_host_top(weights, kmax):  # before the device arrays: the NumPy rows as they are
       top = jax.device_put(host_top(weights.reshape((-1, L, L)), kmax, blocks=nb,
                                     window=window))
-    wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
+    wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype, keep_shared=True)
     out = layer_kernel(wj, xj, nsj, kmax=kmax, inclusion=inclusion, bound=bound, blocks=nb,
                        printed=printed, dtype=compute.name, window=window, top=top,
                        lean=lean and not printed, avg_dtype=_avg_name(avg_dtype, compute))

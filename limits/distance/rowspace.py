@@ -14,7 +14,8 @@ make. tests/test_rowspace.py checks the Gram matrix and the statistics of Algori
 against X's.
 
 Only the readings shared by every head (hidden, embedding: (B, L, D)) are reduced; the per-head
-value and key vectors (d_head = 64 ≥ L but at L = 32) are passed as they are.
+value and key vectors (d_head = 64 on SmolLM2: wider than L only at L = 32) are passed as they
+are.
 """
 
 from __future__ import annotations

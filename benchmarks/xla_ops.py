@@ -82,7 +82,6 @@ def main(argv=None):
 
   jax.config.update("jax_enable_x64", True)
   import jax.numpy as jnp
-  import numpy as np
 
   from benchmarks.separability_model import inputs
 
@@ -115,7 +114,6 @@ def main(argv=None):
   print(f"{a.kernel} kernel, {a.model}, L = {a.length}, N = {list(ns)}, float64; "
         f"one call under jax.profiler.trace")
   print(profile(fn, text, a.top))
-  del np
 
 
 if __name__ == "__main__":

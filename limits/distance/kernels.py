@@ -111,9 +111,11 @@ def _cut(shared, lo: int, hi: int):
 # cache, first call 1.3-1.4 s -> 3.3-3.5 s with N = 5, 2.1 -> 4.8 s with Algorithm 2's five N),
 # and the work saved (38 % of the products and elementwise passes) shows only at long rows.
 # 1,024 until the twenty-second session, from a probe of the embedded model's shapes under
-# load 11-15 (L = 512: 0.17 s with 1 block, 0.30 s with 4); measured again there (2026-12-07,
-# idle, float64, printed E, float32 averages, median of 4 alternated calls, scratch script)
-# with today's kernel, L = 512: SmolLM2's value shapes (9 heads, d = 64) 0.084 -> 0.057 s
+# load 11-15 (L = 512: 0.17 s with 1 block, 0.30 s with 4). Today's kernel at L = 512, a
+# SmolLM2 layer (`python -m benchmarks.distance_ab --ref=eb9476a --model=smollm2 --length=512
+# --cases=alg1p,alg2p --pairs=5`, 2026-12-07, idle): 1.6x (N = 5), 1.7x (five N) with 4
+# blocks. A scratch script (float64, printed E, float32 averages, median of 4 alternated
+# calls, random rows), L = 512: SmolLM2's value shapes (9 heads, d = 64) 0.084 -> 0.057 s
 # with N = 5 and 0.264 -> 0.177 s with N = 1, 5, 10, 20, 100; its residual stream (d = 576)
 # 0.239 -> 0.187 and 0.649 -> 0.403 s; the embedded model's (4 heads, d = 32) 0.027 -> 0.014
 # and 0.092 -> 0.065 s. At L = 256 no gain (d = 256, five N: 0.144 vs 0.150 s); at L = 1,024
@@ -327,21 +329,20 @@ def on_device(a):
   return a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))
 
 
-def _device_arrays(weights, x, dtype, *, keep_shared: bool = False):
+def _device_arrays(weights, x, dtype):
   """(weights (B·H, L, L), x (B·H, L, d), (B, H, L), compute dtype) as device arrays: JAX
   arrays (e.g. a layer's records) stay on the device, NumPy arrays are placed explicitly.
   x is cast to the compute dtype (``dtype``, default the weights'); float32 (or narrower)
   weights stay float32 (exact: the kernel selects on them and casts after), wider ones are
-  cast to the compute dtype. ``keep_shared``: x (1, L, d) shared by the heads of one window
-  comes back as (L, d), not broadcast (:func:`layer_kernel` then computes its per-head arrays
-  once)."""
+  cast to the compute dtype. x (1, L, d) shared by the heads of one window comes back as
+  (L, d), not broadcast (:func:`layer_kernel` then computes its per-head arrays once)."""
   weights, x = on_device(weights), on_device(x)
   compute = jnp.dtype(dtype or weights.dtype)
   narrow = jnp.issubdtype(weights.dtype, jnp.floating) and weights.dtype.itemsize <= 4
   w = weights.astype(jnp.float32 if narrow and compute.itemsize > 4 else compute)
   B, H, L, _ = w.shape
   x = x.astype(compute)
-  if x.ndim == 3 and B == 1 and keep_shared:
+  if x.ndim == 3 and B == 1:
     return w.reshape(B * H, L, L), x[0], (B, H, L), compute
   if x.ndim == 3:
     x = jnp.broadcast_to(x[:, None], (B, H) + x.shape[1:])
@@ -410,7 +411,7 @@ def _dispatch(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, p
     if _use_host_top(weights, kmax):  # before the device arrays: the NumPy rows as they are
       top = jax.device_put(host_top(weights.reshape((-1, L, L)), kmax, blocks=nb,
                                     window=window))
-    wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype, keep_shared=True)
+    wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)
     out = layer_kernel(wj, xj, nsj, kmax=kmax, inclusion=inclusion, bound=bound, blocks=nb,
                        printed=printed, dtype=compute.name, window=window, top=top,
                        lean=lean and not printed, avg_dtype=_avg_name(avg_dtype, compute))

@@ -93,9 +93,9 @@ class ScanSamples:
     self.pad_to = max(1, int(pad_to))  # calls padded to a multiple of it: one compile per L
 
   def _layers_of(self, w: int):
-    """Yields (weights (G, L, L), x (G, L, d), top, window) of window w's layers, one layer at a
-    time, on the device (read or computed as they are asked for: nothing of the next layer
-    exists before the caller moves on)."""
+    """Yields (weights (G, L, L), x (G, L, d) or (L, d) shared by the heads, top, window) of
+    window w's layers, one layer at a time, on the device (read or computed as they are asked
+    for: nothing of the next layer exists before the caller moves on)."""
     tops = self._tops.get(w)
     new_tops = []
     tok = jax.device_put(self.tokens[w:w + 1])  # (1, L)

@@ -418,29 +418,88 @@ def test_unwritable_store_still_gives_the_forward(model, tmp_path, capfd):
   assert "cannot write" in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["add", "background"])
 @pytest.mark.parametrize("failing_layer", [0, 2])
 def test_failed_write_gives_the_forward_and_no_entry(model, tmp_path, capfd,
-                                                                monkeypatch, failing_layer):
-  """A write that fails (first or last layer): the caller still gets every layer with the
+                                                     monkeypatch, failing_layer, where):
+  """A write that fails (first or last layer; raised by ``Writer.add`` or inside the
+  background thread that writes the files): the caller still gets every layer with the
   forward's numbers, one warning, and no entry nor temporary folder is left; the next call
   computes and writes the entry."""
   from limits.records import store as store_lib
 
-  real = store_lib.Writer.add
+  real_add, real_write = store_lib.Writer.add, store_lib._write_layer
 
   def add(self, layer, arrays):
     if layer == failing_layer:
       raise OSError(28, "No space left on device")
-    return real(self, layer, arrays)
+    return real_add(self, layer, arrays)
 
-  monkeypatch.setattr(store_lib.Writer, "add", add)
+  def write(folder, layer, arrays):
+    if layer == failing_layer:
+      raise OSError(28, "No space left on device")
+    return real_write(folder, layer, arrays)
+
+  if where == "add":
+    monkeypatch.setattr(store_lib.Writer, "add", add)
+  else:
+    monkeypatch.setattr(store_lib, "_write_layer", write)
   store = records.RecordStore(tmp_path)
   ref = reference(model)
   assert_same(collect(model, store), ref)
   err = capfd.readouterr().err
   assert err.count("write failed") == 1 and "No space left" in err, err
   assert list(tmp_path.iterdir()) == []
-  monkeypatch.setattr(store_lib.Writer, "add", real)
+  monkeypatch.setattr(store_lib.Writer, "add", real_add)
+  monkeypatch.setattr(store_lib, "_write_layer", real_write)
   assert_same(collect(model, store), ref)
   assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_writer_writes_in_the_background_and_commit_waits(tmp_path, monkeypatch):
+  """``Writer.add`` returns while the layer's files are still being written (the caller's work
+  overlaps the disk's), marks the arrays read-only, keeps at most WRITE_AHEAD_BYTES in flight;
+  ``commit`` waits for every write: the committed entry reads back bit for bit."""
+  import threading
+
+  from limits.records import store as store_lib
+
+  gate = threading.Event()
+  started = []
+  real_write = store_lib._write_layer
+
+  def slow_write(folder, layer, arrays):
+    started.append(layer)
+    assert gate.wait(10), "the writer was never released"
+    return real_write(folder, layer, arrays)
+
+  monkeypatch.setattr(store_lib, "_write_layer", slow_write)
+  key = {"test": "background"}
+  w = store_lib.RecordStore(tmp_path).writer(key)
+  a = {"weights": np.arange(12, dtype=np.float32).reshape(1, 3, 4)}
+  b = {"weights": -np.arange(12, dtype=np.float32).reshape(1, 3, 4)}
+  w.add(0, a)  # returns with layer 0's write blocked
+  assert not a["weights"].flags.writeable
+  w.add(1, b)
+  assert not any(w.tmp.glob("*.bin"))  # nothing written yet: both layers in flight
+  gate.set()
+  w.commit(2)
+  entry = store_lib.RecordStore(tmp_path).open(key)
+  np.testing.assert_array_equal(entry.read(0, ["weights"])["weights"], a["weights"])
+  np.testing.assert_array_equal(entry.read(1, ["weights"])["weights"], b["weights"])
+  assert sorted(started) == [0, 1]
+  # Over the budget: the writer waits for the oldest write before taking another layer.
+  monkeypatch.setattr(store_lib, "WRITE_AHEAD_BYTES", 60)  # one 48-byte layer fits, not two
+  gate.clear()
+  w2 = store_lib.RecordStore(tmp_path / "b").writer(key)
+  w2.add(0, {"weights": np.zeros((1, 3, 4), np.float32)})
+  done = threading.Event()
+  t = threading.Thread(target=lambda: (w2.add(1, {"weights": np.ones((1, 3, 4), np.float32)}),
+                                       done.set()))
+  t.start()
+  assert not done.wait(0.3)  # blocked behind layer 0's write
+  gate.set()
+  assert done.wait(10)
+  t.join()
+  w2.commit(2)
 

@@ -185,6 +185,14 @@ def _compute(model, tokens, kept, done, store, key):
         yield i, arrays, rec_window
     if writer is not None:
       try:
+        writer.flush()  # the layers still being written (store.Writer writes in the background)
+      except OSError as e:
+        print(f"warning: records cache: write failed ({e}); not cached", file=sys.stderr,
+              flush=True)
+        writer.abort()
+        writer = None
+    if writer is not None:
+      try:
         writer.commit(model.config.n_layer)
         committed = True
       except OSError as e:

@@ -118,26 +118,86 @@ class Entry:
     return out
 
 
+# A layer's files are written by a background thread while the caller goes on (the forward of
+# the next layer, the step's own kernels): the writes wait on the disk (dirty-page
+# throttling), not on the CPU, so they overlap. Layers up to this many bytes in flight; a larger
+# layer is written before add returns (at L = 4,096 a SmolLM2 layer is 1.2 GB: no second copy).
+WRITE_AHEAD_BYTES = 1 << 28
+
+
+def _write_layer(folder: Path, layer: int, arrays: Mapping[str, np.ndarray]) -> dict:
+  """Writes one layer's files; returns their manifest entries (shape, dtype, checksum)."""
+  meta = {}
+  for field, a in arrays.items():
+    with open(_file(folder, layer, field), "wb") as f:
+      f.write(memoryview(a).cast("B"))
+    meta[field] = {"shape": list(a.shape), "dtype": a.dtype.str, **checksum(a)}
+  return meta
+
+
 class Writer:
-  """Writes one entry into a private temporary folder; :meth:`commit` renames it into place."""
+  """Writes one entry into a private temporary folder; :meth:`commit` renames it into place.
+
+  :meth:`add` hands a layer to a background thread (:data:`WRITE_AHEAD_BYTES` in flight at
+  most) and marks its arrays read-only: the caller keeps using them, never changes them (the
+  file and its checksum are those of the forward's arrays). A write's ``OSError`` is raised by
+  a later :meth:`add` or by :meth:`flush`; :meth:`commit` flushes first; :meth:`abort` waits
+  for the thread and removes the folder.
+  """
 
   def __init__(self, root: Path, key: Mapping[str, Any]):
     self.key = dict(key)
     self.final = root / digest(self.key)
     self.tmp = root / f"{self.final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     self.tmp.mkdir(parents=True)
-    self.layers: dict[str, dict] = {}
+    self.layers: dict[str, Any] = {}  # str(layer) -> manifest entry, or its pending Future
+    self._pending: list = []  # [(Future, bytes)] in submission order
+    self._pool = None
 
   def add(self, layer: int, arrays: Mapping[str, np.ndarray]) -> None:
-    meta = {}
-    for field, a in arrays.items():
-      a = np.ascontiguousarray(a)
-      with open(_file(self.tmp, layer, field), "wb") as f:
-        f.write(memoryview(a).cast("B"))
-      meta[field] = {"shape": list(a.shape), "dtype": a.dtype.str, **checksum(a)}
-    self.layers[str(layer)] = meta
+    arrays = {f: np.ascontiguousarray(a) for f, a in arrays.items()}
+    nbytes = sum(a.nbytes for a in arrays.values())
+    if nbytes > WRITE_AHEAD_BYTES:
+      self.flush()
+      self.layers[str(layer)] = _write_layer(self.tmp, layer, arrays)
+      return
+    self._wait(WRITE_AHEAD_BYTES - nbytes)
+    for a in arrays.values():
+      a.flags.writeable = False  # written as it is now (the caller's arrays, not copies)
+    if self._pool is None:
+      from concurrent.futures import ThreadPoolExecutor
+
+      self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="records-writer")
+    fut = self._pool.submit(_write_layer, self.tmp, layer, arrays)
+    self.layers[str(layer)] = fut
+    self._pending.append((fut, nbytes))
+
+  def _wait(self, budget: int) -> None:
+    """Waits for the oldest writes until at most ``budget`` bytes are in flight; raises the
+    first failed write's exception."""
+    while self._pending and (sum(b for _, b in self._pending) > budget
+                             or self._pending[0][0].done()):
+      fut, _ = self._pending.pop(0)
+      fut.result()
+
+  def flush(self) -> None:
+    """Waits for every write in flight (raises the first failure)."""
+    self._wait(-1)
+    for k, v in self.layers.items():
+      if not isinstance(v, dict):
+        self.layers[k] = v.result()
+
+  def _stop(self) -> None:
+    if self._pool is not None:
+      self._pool.shutdown(wait=True, cancel_futures=True)
+      self._pool = None
+    self._pending = []
 
   def commit(self, n_layer: int) -> None:
+    try:
+      self.flush()
+    finally:
+      self._stop()
     man = {"key": self.key, "n_layer": int(n_layer), "layers": self.layers}
     (self.tmp / MANIFEST).write_text(json.dumps(man), encoding="utf-8")
     try:
@@ -153,6 +213,7 @@ class Writer:
       self.abort()
 
   def abort(self) -> None:
+    self._stop()
     shutil.rmtree(self.tmp, ignore_errors=True)
 
 

@@ -345,9 +345,11 @@ def iter_logit_blocks(model: Model, tokens: np.ndarray, layers=None, *, store=No
     for li, (layer, rec) in enumerate(records.iter_layers(model, tokens[w:w + 1], layers=kept,
                                                          fields=("scores",), **kw)):
       assert layer == kept[li]
-      block = np.empty((h, l, l), np.float32)
-      block[...] = np.asarray(rec.scores[0], dtype=np.float32)
-      block[:, ~vis_of[li]] = 0.0
+      # Visible entries copied, masked ones left at 0, in one pass: the same bits as a copy
+      # followed by ``block[:, ~vis] = 0`` (a boolean-mask assignment), 18 → 8 ms per
+      # SmolLM2 layer at L = 1,024 (scratch timing, 2026-12-07), 240 layers per gradient step.
+      block = np.zeros((h, l, l), np.float32)
+      np.copyto(block, np.asarray(rec.scores[0], dtype=np.float32), where=vis_of[li])
       del rec
       yield w * per_window + li * h * l, block.reshape(h * l, l), vis_of[li]
 

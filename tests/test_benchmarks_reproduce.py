@@ -128,3 +128,35 @@ def test_end_ratios_use_the_floor_of_the_end_rates():
   out = bench.end_ratios(steps, works_end)
   assert set(out) == {"vanishing"}
   assert out["vanishing"] == {"floor_end_s": 4.0, "ours_over_floor_end": pytest.approx(3.0)}
+
+
+def _timed_calls(monkeypatch, durations):
+  """A fake clock: the i-th timed call of ``fn`` lasts durations[i] seconds."""
+  clock = [0.0]
+  calls = []
+
+  def fn():
+    calls.append(clock[0])
+    clock[0] += durations[min(len(calls) - 1, len(durations) - 1)]
+
+  monkeypatch.setattr(work.time, "perf_counter", lambda: clock[0])
+  return fn, calls
+
+
+def test_best_is_the_fastest_of_at_least_repeats_calls_and_min_seconds(monkeypatch):
+  # Binary fractions: the fake clock's sums are exact. One untimed call (0.125 s), then timed
+  # calls of 0.5, 0.25, 0.375, 0.375 s: 2 calls make 0.75 s < 1 s, a third makes 1.125 s.
+  d = [0.125, 0.5, 0.25, 0.375]
+  fn, calls = _timed_calls(monkeypatch, d)
+  assert work._best(fn, repeats=2, min_seconds=1.0) == 0.25
+  assert len(calls) == 1 + 3
+  fn, calls = _timed_calls(monkeypatch, d)  # exactly the time after 3 calls: stop there
+  work._best(fn, repeats=2, min_seconds=1.125)
+  assert len(calls) == 1 + 3
+  fn, calls = _timed_calls(monkeypatch, d)  # just over it: a fourth call
+  work._best(fn, repeats=2, min_seconds=1.126)
+  assert len(calls) == 1 + 4
+  # The time is spent before the repeats are: the repeats still run, the fastest wins.
+  fn, calls = _timed_calls(monkeypatch, [0.125, 4.0, 0.5, 0.25])
+  assert work._best(fn, repeats=3, min_seconds=1.0) == 0.25
+  assert len(calls) == 1 + 3

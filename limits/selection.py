@@ -120,22 +120,33 @@ def visible_window(L: int, window: int = 0) -> np.ndarray:
   return vis
 
 
-def sort_rows(weights, window: int = 0) -> np.ndarray:
-  """(…, L, L) causal weights → (…, L, L) each row's visible weights sorted descending, −inf
+def _row_window(R: int, L: int, window: int, row0: int) -> np.ndarray:
+  """(R, L) rows row0 … row0 + R − 1 of :func:`visible_window` (L, window)."""
+  if not 0 <= row0 <= L - R:
+    raise ValueError(f"rows {row0}..{row0 + R - 1} are not rows of an (L = {L}) layer")
+  return visible_window(L, window)[row0:row0 + R]
+
+
+def sort_rows(weights, window: int = 0, row0: int = 0) -> np.ndarray:
+  """(…, R, L) causal weights → (…, R, L) each row's visible weights sorted descending, −inf
   padded (masked keys). One sort per row serves every N (:func:`thresholds_from_sorted`).
-  ``window`` W > 0: a sliding-window layer, keys outside the query's window are masked."""
+  ``window`` W > 0: a sliding-window layer, keys outside the query's window are masked.
+  ``row0``: the rows given are rows row0 … row0 + R − 1 of the (L, L) layer (R = L, row0 = 0:
+  the whole layer; a caller that reads only the later rows sorts only those,
+  :func:`limits.distance.search.search_stats`)."""
   w = np.asarray(weights)
   L = w.shape[-1]
-  vis = visible_window(L, window)  # (L, L) key <= query (and within the window)
+  vis = _row_window(w.shape[-2], L, window, row0)  # (R, L) key <= query (and in the window)
   neg = np.where(vis, -w, np.inf)  # ascending sort of −α = descending α, masked last
   neg.sort(axis=-1)
   return -neg
 
 
 def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int],
-                           window: int = 0) -> Thresholds:
-  """Thresholds (…, L, K) for every N in ``ns`` from rows sorted by :func:`sort_rows` (with
-  the same ``window``: W > 0 for a sliding-window layer, where query t sees min(t + 1, W) keys)."""
+                           window: int = 0, row0: int = 0) -> Thresholds:
+  """Thresholds (…, R, K) for every N in ``ns`` from rows sorted by :func:`sort_rows` (with
+  the same ``window``: W > 0 for a sliding-window layer, where query t sees min(t + 1, W) keys,
+  and the same ``row0``: the rows are rows row0 … row0 + R − 1 of the (L, L) layer)."""
   w = np.asarray(weights)
   L = w.shape[-1]
   ns = [int(n) for n in ns]
@@ -143,7 +154,7 @@ def thresholds_from_sorted(weights, sorted_desc, ns: Sequence[int],
   nxt = np.stack([sorted_desc[..., n] if n < L else np.full(w.shape[:-1], -np.inf, w.dtype)
                   for n in ns], axis=-1)
   cut = np.full(thr.shape, L, np.int32)
-  vis_all = visible_window(L, window)
+  vis_all = _row_window(w.shape[-2], L, window, row0)  # (R, L)
   t = vis_all.sum(axis=-1)  # visible keys per query: t + 1, or min(t + 1, W)
   counted = t[:, None] > np.asarray(ns)[None, :]  # (L, K)
   straddle = (thr == nxt) & counted  # a tie crosses the N-th place: choose by index

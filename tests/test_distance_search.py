@@ -184,3 +184,53 @@ def test_search_kernel_makes_no_implicit_host_transfer():
     for f in READ:
       np.testing.assert_array_equal(np.asarray(getattr(out, f)).reshape(B, H, -1),
                                     getattr(ref, f), err_msg=f)
+
+
+@pytest.mark.parametrize("L, blocks, window, ns", [
+    (40, 4, 0, [31, 33, 35, 36]),    # the first 3 blocks count no N: rows 30.. sorted
+    (40, 4, 0, [12, 29, 35]),        # the first block counts none: rows 10..
+    (40, 4, 12, [11, 20]),           # W = 12: N = 11 counted from the second block on
+    (40, 4, 0, [3, 39])])            # every block counts: all rows
+def test_search_sorts_only_the_rows_of_counted_blocks_same_bits(L, blocks, window, ns,
+                                                                 monkeypatch):
+  """Without ``sorted_rows`` the search sorts the rows of the blocks that count some N only
+  (from the first such block's first row) and gives the same bits as with every row sorted."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(L + sum(ns) + window)
+    w = _causal_weights(rng, 1, 3, L, window)
+    q = L - 1
+    w[0, 1, q, 4:9] = w[0, 1, q, 3]  # ties straddling the N-th place
+    w[0, 1, q] /= w[0, 1, q].sum()
+    x = rng.normal(size=(1, 3, L, 5))
+    ref = search.search_stats(w, x, ns, sorted_rows=selection.sort_rows(w, window),
+                              window=window, blocks=blocks)
+    sorted_shapes = []
+    real = search.sort_rows
+    monkeypatch.setattr(search, "sort_rows",
+                        lambda a, *args, **kw: sorted_shapes.append(a.shape) or real(a, *args, **kw))
+    new = search.search_stats(w, x, ns, window=window, blocks=blocks)
+    counts = search.block_counts(L, ns, blocks, window)
+    first = next(lo for (lo, _), kb in zip(distance.kernels.causal_blocks(L, blocks), counts)
+                 if kb)
+    assert sorted_shapes == [(1, 3, L - first, L)]
+    for name in READ:
+      np.testing.assert_array_equal(getattr(new, name), getattr(ref, name), err_msg=name)
+
+
+@pytest.mark.parametrize("window", [0, 5])
+def test_sort_rows_and_thresholds_of_later_rows_are_those_of_the_whole_layer(window):
+  """sort_rows / thresholds_from_sorted on rows row0 … L − 1 equal the whole layer's rows
+  there (ties included); rows that are not the layer's are refused."""
+  rng = np.random.default_rng(7)
+  L, r0, ns = 24, 9, [1, 3, 4, 8, 23]
+  w = _causal_weights(rng, 2, 2, L, window)
+  w[1, 0, 20, 10:15] = w[1, 0, 20, 16]  # ties
+  srt = selection.sort_rows(w, window)
+  part = selection.sort_rows(w[..., r0:, :], window, row0=r0)
+  np.testing.assert_array_equal(part, srt[..., r0:, :])
+  full = selection.thresholds_from_sorted(w, srt, ns, window)
+  th = selection.thresholds_from_sorted(w[..., r0:, :], part, ns, window, row0=r0)
+  np.testing.assert_array_equal(th.thr, full.thr[..., r0:, :])
+  np.testing.assert_array_equal(th.cut, full.cut[..., r0:, :])
+  with pytest.raises(ValueError, match="not rows"):
+    selection.sort_rows(w[..., r0:, :], window, row0=r0 + 1)

@@ -34,7 +34,8 @@ from limits.distance import kernels
 from limits.distance.heads import HeadStats
 from limits.distance.rows import RowStats, check_inclusion
 from limits.errors import LimitsError
-from limits.selection import select_thresholds, sort_rows, thresholds_from_sorted
+from limits.selection import (Thresholds, select_thresholds, sort_rows,
+                              thresholds_from_sorted)
 
 # From this length the search and the scan split a layer into 4 causal query blocks (as the
 # kernel's default_blocks). Not below: each block is its own copy of the per-N body
@@ -109,6 +110,31 @@ def _search_kernel(weights, x, thr, cut, ns, *, counts: tuple, inclusion: str, b
   return lax.map(per_head, (weights, x, thr, cut))[0]
 
 
+def _first_counted_row(L: int, counts: Sequence[int], blocks: int) -> int:
+  """The first row of the first causal block that counts some N (``counts`` of
+  :func:`block_counts`, non-decreasing over the blocks: the blocks before it count none); L if
+  none does."""
+  for (lo, _), kb in zip(kernels.causal_blocks(L, blocks), counts):
+    if kb:
+      return lo
+  return L
+
+
+def _later_thresholds(w, ns: Sequence[int], window: int, first: int) -> Thresholds:
+  """Thresholds (…, L, K) of rows ``first`` … L − 1 only (sorted here); the rows before
+  ``first`` belong to blocks that count no N, which :func:`_search_kernel` never reads (thr 0,
+  cut L there). The bisection's later rounds (N near 0.8·L) sort a quarter of the rows."""
+  L = w.shape[-1]
+  tail = w[..., first:, :]
+  part = thresholds_from_sorted(tail, sort_rows(tail, window, row0=first), ns, window,
+                                row0=first)
+  thr = np.zeros(w.shape[:-1] + (len(ns),), part.thr.dtype)
+  cut = np.full(thr.shape, L, np.int32)
+  thr[..., first:, :] = part.thr
+  cut[..., first:, :] = part.cut
+  return Thresholds(thr, cut)
+
+
 def search_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_minus_1",
                  dtype=None, sorted_rows=None, window: int | None = 0,
                  blocks: int | None = None) -> HeadStats:
@@ -118,7 +144,8 @@ def search_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_mi
 
   weights (B, H, L, L); x (B, H, L, d) or (B, L, D); ns: any order (evaluated ascending,
   returned in the given order); sorted_rows: :func:`limits.selection.sort_rows` of the weights
-  (same window), computed here when None. Returns HeadStats (B, H, K), NumPy arrays.
+  (same window); when None, the rows of the blocks that count some N are sorted here (the
+  earlier blocks' rows are never read). Returns HeadStats (B, H, K), NumPy arrays.
   """
   check_inclusion(inclusion)
   window = kernels.check_window(window)
@@ -130,15 +157,18 @@ def search_stats(weights, x, ns: Sequence[int], *, inclusion: str = "n_over_l_mi
   w, xv, _ = kernels._prepare(weights, x, asc, dtype)
   B, H, L, _ = w.shape
   blocks = search_blocks(L) if blocks is None else int(blocks)
-  srt = sort_rows(w, window) if sorted_rows is None else sorted_rows
-  th = thresholds_from_sorted(w, srt, asc, window)
+  counts = block_counts(L, asc, blocks, window)
+  if sorted_rows is None:
+    th = _later_thresholds(w, asc, window, _first_counted_row(L, counts, blocks))
+  else:
+    th = thresholds_from_sorted(w, sorted_rows, asc, window)
   G = B * H
   out = _search_kernel(jax.device_put(w.reshape(G, L, L)),
                        jax.device_put(xv.reshape(G, L, xv.shape[-1])),
                        jax.device_put(th.thr.reshape(G, L, -1)),
                        jax.device_put(th.cut.reshape(G, L, -1)),
                        jax.device_put(np.asarray(asc, np.int32)),
-                       counts=block_counts(L, asc, blocks, window), inclusion=inclusion,
+                       counts=counts, inclusion=inclusion,
                        blocks=blocks, window=window)
   out = jax.device_get(out)
   inv = np.argsort(order)  # back to the given order

@@ -128,6 +128,8 @@ def _later_thresholds(w, ns: Sequence[int], window: int, first: int) -> Threshol
   tail = w[..., first:, :]
   part = thresholds_from_sorted(tail, sort_rows(tail, window, row0=first), ns, window,
                                 row0=first)
+  if first == 0:
+    return part
   thr = np.zeros(w.shape[:-1] + (len(ns),), part.thr.dtype)
   cut = np.full(thr.shape, L, np.int32)
   thr[..., first:, :] = part.thr

@@ -24,11 +24,16 @@ from absl import app, flags
 
 from benchmarks import common
 
-flags.DEFINE_integer("length", 1024, "Layer length L.")
-flags.DEFINE_integer("heads", 9, "Heads per layer (SmolLM2: 9).")
-flags.DEFINE_integer("k", 129, "Keys kept by the top k (Algorithm 2 at N = 100: 129).")
-flags.DEFINE_integer("pairs", 5, "Alternating pairs (after one warm-up of each).")
 FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The CLI's flags, defined when run as a script only (the tests import :func:`cases`
+  beside other benchmarks that define ``length`` and ``pairs`` too)."""
+  flags.DEFINE_integer("length", 1024, "Layer length L.")
+  flags.DEFINE_integer("heads", 9, "Heads per layer (SmolLM2: 9).")
+  flags.DEFINE_integer("k", 129, "Keys kept by the top k (Algorithm 2 at N = 100: 129).")
+  flags.DEFINE_integer("pairs", 5, "Alternating pairs (after one warm-up of each).")
 
 
 def causal_weights(heads: int, L: int, seed: int = 0) -> np.ndarray:
@@ -97,4 +102,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -9,6 +9,11 @@ spread), each pair checked equal first:
   .block_top_host``, ours, the code) against one sort of a packed uint64 key per entry (value
   descending in the high 32 bits, the index in the low: ``lax.top_k``'s order with no tie pass;
   ref, not taken);
+- ``select``: Algorithm 2's and 4's host top k of one causal block with its mask
+  (``limits.distance.kernels.block_top_host``, ours, the code: the mask written into the
+  weights' int32 bits, a partition of the values, a flat nonzero) against the path it replaced
+  (:func:`top_argpartition`: the mask, the order map, ``np.argpartition`` of the indices and a
+  take; ref, up to the twenty-fourth session);
 - ``order``: the search's order statistics: a full row sort (ours, ``limits.selection
   .sort_rows``) against ``np.partition`` at the 2·K places a probe reads (ref, not taken).
 
@@ -68,9 +73,35 @@ def top_packed(key, k: int):
   return (packed[:, :k] & np.uint64(0xFFFFFFFF)).astype(np.int32)
 
 
+def top_argpartition(a, lo: int, k: int):
+  """``block_top_host`` before the twenty-fifth session: the masked float key, its order map,
+  ``np.argpartition`` of the indices, the tie repair, the packed sort of the k kept."""
+  from limits.distance.kernels import block_visible
+  from limits.selection import _ordered_int
+
+  G, R, C = a.shape
+  s = _ordered_int(np.where(block_visible(lo, R, C, 0, xp=np), a, np.float32(-np.inf))
+                   ).reshape(G * R, C)
+  part = np.argpartition(s, C - k, axis=-1)
+  cols = part[:, C - k:]
+  kth = np.take_along_axis(s, part[:, C - k:C - k + 1], axis=-1)
+  tied = np.flatnonzero(np.count_nonzero(s >= kth, axis=-1) > k)
+  if tied.size:
+    st, th = s[tied], kth[tied]
+    gt, eq = st > th, st == th
+    need = k - np.count_nonzero(gt, axis=-1)
+    keep = gt | (eq & (np.cumsum(eq, axis=-1) <= need[:, None]))
+    cols = cols.copy()
+    cols[tied] = np.nonzero(keep)[1].reshape(-1, k)
+  vals = np.take_along_axis(s, cols, axis=-1).view(np.uint32) ^ np.uint32(0x80000000)
+  order = np.sort(((~vals).astype(np.uint64) << np.uint64(32)) | cols.astype(np.uint64),
+                  axis=-1)
+  return (order & np.uint64(0xFFFFFFFF)).astype(np.int32).reshape(G, R, -1)
+
+
 def cases(L: int, heads: int, k: int) -> dict:
   """{name: (ref, ours)} zero-argument callables on one synthetic layer, checked equal."""
-  from limits.distance.kernels import block_visible
+  from limits.distance.kernels import block_top_host, block_visible
   from limits.selection import sort_rows, top_k_rows_host
 
   w = causal_weights(heads, L)
@@ -82,12 +113,23 @@ def cases(L: int, heads: int, k: int) -> dict:
   kth = sorted({n - 1 for n in ns} | {n for n in ns})
   out = {"mask": (lambda: mask_assign(w, vis), lambda: mask_copyto(w, vis)),
          "top": (lambda: top_packed(key, k), lambda: top_k_rows_host(key, k)),
+         "select": (lambda: [top_argpartition(w[:, a:b, :b], a, min(k, b))
+                             for a, b in _blocks(L)],
+                    lambda: [block_top_host(w[:, a:b, :b], a, min(k, b)) for a, b in _blocks(L)]),
          "order": (lambda: np.partition(np.where(vis, -w, np.inf), kth, axis=-1),
                    lambda: sort_rows(w))}
   assert np.array_equal(out["mask"][0](), out["mask"][1]())
   assert np.array_equal(out["top"][0](), out["top"][1]())
+  assert all(np.array_equal(r, o) for r, o in zip(out["select"][0](), out["select"][1]()))
   assert np.array_equal(-out["order"][0]()[..., kth], out["order"][1]()[..., kth])
   return out
+
+
+def _blocks(L: int):
+  """The 4 causal blocks of a layer (``limits.distance.kernels.causal_blocks``)."""
+  from limits.distance.kernels import causal_blocks
+
+  return causal_blocks(L, 4)
 
 
 def main(argv):

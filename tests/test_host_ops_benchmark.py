@@ -9,7 +9,7 @@ from benchmarks import host_ops
 
 def test_cases_agree_on_a_small_layer():
   cases = host_ops.cases(L=64, heads=2, k=9)
-  assert set(cases) == {"mask", "top", "order"}
+  assert set(cases) == {"mask", "top", "select", "order"}
 
 
 def test_packed_top_is_lax_top_k_order_with_ties():
@@ -22,3 +22,18 @@ def test_a_mask_that_changes_the_answer_is_caught(monkeypatch):
   monkeypatch.setattr(host_ops, "mask_copyto", lambda s, vis: np.zeros(s.shape, np.float32))
   with pytest.raises(AssertionError):
     host_ops.cases(L=32, heads=2, k=5)
+
+
+def test_select_case_compares_whole_layers():
+  """The ``select`` case runs both sides over every causal block (the first with rows that see
+  fewer than k keys) and checks them equal; a side that drops the tie repair is caught."""
+  cases = host_ops.cases(L=64, heads=2, k=20)
+  ref, ours = cases["select"]
+  assert len(ref()) == len(ours()) == 4
+  import limits.distance.kernels as kernels
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(kernels, "top_k_ordered",   # ties to the higher index
+               lambda s, k: np.lexsort((-np.arange(s.shape[-1]) + 0 * s, -s.astype(np.int64)),
+                                       axis=-1)[:, :k].astype(np.int32))
+    with pytest.raises(AssertionError):
+      host_ops.cases(L=64, heads=2, k=20)

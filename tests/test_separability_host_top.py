@@ -132,3 +132,22 @@ def test_host_top_by_default_only_for_float32_numpy_on_the_cpu(monkeypatch, back
     w, v = _records(64)
     sm.layer_sums(w if numpy_f32 else jnp.asarray(w), v, (1, 4), 1.0, blocks=2)
   assert len(calls) == want
+
+
+@pytest.mark.parametrize("fill", [-0.0, -1e-3, -np.inf])
+def test_block_top_host_orders_negative_weights_as_lax_top_k(fill):
+  """``block_top_host`` writes the mask into the weights' int32 bits, which are in order only
+  for weights >= +0 (and −inf); −0 and negative weights (bits below −inf's) take the ordered
+  path instead. Visible keys at −0 must rank above the masked keys, +0 above −0."""
+  from limits.distance.kernels import block_top_host, block_visible
+
+  L, lo = 40, 8
+  rng = np.random.default_rng(3)
+  a = rng.random((2, L - lo, L)).astype(np.float32)
+  a[0, :, ::2] = np.float32(fill)
+  a[1, :, 1::3] = 0.0
+  a[1, :, ::3] = np.float32(fill)
+  vis = block_visible(lo, L - lo, L, 0, xp=np)
+  key = np.where(vis, a, np.float32(-np.inf)).reshape(-1, L)
+  for k in (5, 20, 39):
+    np.testing.assert_array_equal(block_top_host(a, lo, k).reshape(-1, k), _device_top(key, k))

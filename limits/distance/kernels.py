@@ -59,8 +59,9 @@ from limits.distance.heads import HeadStats, reduce_rows
 from limits.distance.block import block_rows as _block_rows, block_visible
 from limits.distance.rows import RowStats, check_inclusion
 from limits.errors import LimitsError
-from limits.selection import (ranks_from_top, select_thresholds, sort_rows,
-                              thresholds_from_sorted, top_k_rows, top_k_rows_host)
+from limits.selection import (NEG_INF_BITS, ranks_from_top, select_thresholds, sort_rows,
+                              thresholds_from_sorted, top_k_ordered, top_k_rows,
+                              top_k_rows_host)
 
 
 PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
@@ -300,8 +301,14 @@ def block_top_host(a, lo: int, k: int, window: int = 0):
   (tests/test_separability_host_top.py). Shared by Algorithm 2 (:func:`host_top`) and
   Algorithm 4 (``separability.model._block_top_host``)."""
   G, R, C = a.shape
-  key = np.where(block_visible(lo, R, C, window, xp=np), a, np.float32(-np.inf))   # (G, R, C)
-  return top_k_rows_host(key.reshape(G * R, C), k).reshape(G, R, -1)
+  vis = block_visible(lo, R, C, window, xp=np)                               # (R, C)
+  # weights >= +0 (no negative float but −inf): their int32 bits are already in order, so
+  # the mask writes −inf's bits into them and no second pass orders them
+  s = np.where(vis, np.asarray(a, np.float32).view(np.int32), NEG_INF_BITS)  # (G, R, C)
+  if s.min(initial=NEG_INF_BITS) < NEG_INF_BITS:                             # −0 or < 0
+    return top_k_rows_host(np.where(vis, a, np.float32(-np.inf)).reshape(G * R, C),
+                           k).reshape(G, R, -1)
+  return top_k_ordered(s.reshape(G * R, C), k).reshape(G, R, -1)
 
 
 def _use_host_top(weights, kmax: int) -> bool:

@@ -8,8 +8,8 @@ step's float32 records, :func:`_block_top_host`, the same indices), every I_N
 a threshold on the row (the N-th weight and the index of the last tied key kept: no rank
 array, no L × L cumsum), causal query blocks of ``ROW_BLOCK`` rows (block b reads only the
 keys it can see, see :func:`layer_sums`) walked in chunks of ``ROW_CHUNK`` rows (their
-(R, K, C) distances stay in the cache), every N at once (one (R·K, C) @ (C, d) product for
-s_N and one (R·K, d) @ (d, C) for the distances r needs), ‖α_i x_i − s‖ < r decided on
+(R, K, C) distances stay in the cache), every N at once (s_N from the k selected keys'
+vectors, one (R·K, d) @ (d, C) product for the distances r needs), ‖α_i x_i − s‖ < r decided on
 d² − ‖s‖² (:func:`_excess`: exact for weights far below 1, where ‖s‖²'s rounding used to
 decide), and Theorem 2's ξ_i and bounds over the Σ_N min(N, k) selected places in sorted
 order (:func:`_ragged`; sums over N, not L). :func:`layer_sums_reference` is the previous
@@ -155,8 +155,8 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0,
   - the top k = max N + 1 keys of each row (``idx`` (R, k), from :func:`_block_top`; None:
     one ``lax.top_k`` here) in selection order (weight descending, ties to the lower index); I_N is a threshold on the row (the N-th value and
     the index of the last tied key kept), so no (R, C) rank array is built;
-  - s_N = Σ_{i ∈ I_N} α_i x_i for every N: one product (R·K, C) @ (C, d) of the selected
-    weights (R, K, d);
+  - s_N = Σ_{i ∈ I_N} α_i x_i for every N: one batched product (R, K, k) @ (R, k, d) of the
+    selected weights and the selected keys' vectors (R, K, d);
   - ⟨x_j, s_N⟩ for every visible key j and every N in one product (R·K, d) @ (d, C): r, the
     minimum over the non-selected keys, needs all of them (Algorithm 4's dominant work);
   - the selected keys' ⟨x_i, s_N⟩ gathered from the same product, and ‖α_i x_i − s‖ < r
@@ -190,9 +190,14 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0,
   sel = (a[:, None] > thr[..., None]) | ((a[:, None] == thr[..., None])
                                          & (jpos <= cut[..., None]))
   nonsel = vis[:, None] & ~sel                               # (R, K, C)
-  # (R, K, d) context vectors s_N = Σ_{j ∈ I_N} α_j x_j: one (R·K, C) @ (C, d) product (a
-  # gather of the top-k keys' vectors, (R, k, d), costs more on CPU than this product).
-  s = jnp.einsum("rnc,cd->rnd", jnp.where(sel, a[:, None], 0), x)
+  # (R, K, d) context vectors s_N = Σ_{j ∈ I_N} α_j x_j over the k selected keys' vectors
+  # (gathered, (R, k, d)): I_N is their first min(N, k) places (the threshold above selects
+  # the same keys), so K·k·d per row, not the K·C·d of a product over the whole row (1.15×
+  # per SmolLM2 layer, ``python -m benchmarks.separability_model --model=smollm2 --layer=15
+  # --pairs=4 --before=a1ca337``; a cumsum over the k places instead was 0.63×).
+  w_top = a_top * vis_top                                    # (R, k) 0 for a masked key
+  prefix = jnp.asarray(np.arange(k)[None, :] <= cut_pos[:, None], dt)   # (K, k) place in I_N
+  s = jnp.einsum("rnk,rkd->rnd", prefix[None] * w_top[:, None], jnp.take(x, idx, axis=0))
   xs = jnp.einsum("rnd,cd->rnc", s, x)                       # (R, K, C) ⟨x_j, s_N⟩
   ss = jnp.sum(s * s, axis=-1)                               # (R, K)
   t = _excess(a[:, None], xx, xs)                            # (R, K, C) d² − ‖s‖²
@@ -215,7 +220,7 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0,
   n_s = inside.astype(dt) @ segf                             # (R, K) exact counts
   n_eff = sel_p.astype(dt) @ segf
   frac = jnp.where(n_eff > 0, n_s / jnp.maximum(n_eff, 1), 1.0).astype(dt)
-  lower_raw, upper, upper_p = _bounds_ragged(a_top * vis_top, sel_p, jnp.asarray(loo, dt),
+  lower_raw, upper, upper_p = _bounds_ragged(w_top, sel_p, jnp.asarray(loo, dt),
                                              segf, pm, M, dl, r, n_eff)  # each (R, K)
   keep = (n_vis[:, None] > np.asarray(ns)[None, :]) & valid[:, None]  # (R, K) t > N (AMBIG-8)
   z = lambda v: jnp.sum(jnp.where(keep, v, 0), axis=0)       # (K,)

@@ -503,3 +503,63 @@ def test_writer_writes_in_the_background_and_commit_waits(tmp_path, monkeypatch)
   t.join()
   w2.commit(2)
 
+
+
+def test_next_layer_is_read_in_the_background_while_this_one_is_used(model, tmp_path,
+                                                                      monkeypatch):
+  """Reading an entry, layer i + 1 is mapped and checked by a background thread while the
+  caller holds layer i; the layers come in order, bit for bit the forward's."""
+  import threading
+
+  from limits.records import store as store_lib
+
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  collect(model, store)
+  calls, real = [], store_lib.Entry.read
+
+  def read(self, layer, fields):
+    calls.append((layer, threading.current_thread().name))
+    return real(self, layer, fields)
+
+  monkeypatch.setattr(store_lib.Entry, "read", read)
+  got = {}
+  for i, r in records.iter_layers(model, TOK, store=store, fields=("weights",)):
+    want = list(range(min(i + 2, 3)))  # layer i + 1 is read while the caller holds layer i
+    for _ in range(500):
+      if len(calls) == len(want):
+        break
+      threading.Event().wait(0.01)
+    assert [c[0] for c in calls] == want
+    got[i] = {"weights": r.weights}
+  assert all(name.startswith("records-read") for _, name in calls)
+  assert_same(got, {i: {"weights": ref[i]["weights"]} for i in ref})
+
+
+def test_corrupt_last_layer_found_by_the_read_ahead_recomputes(model, tmp_path, counted, capfd):
+  """A damaged file of the last layer, read ahead while the previous layer is used, is raised
+  when its layer is reached: the earlier layers come from the entry, the forward reruns once
+  and the entry is rewritten."""
+  store = records.RecordStore(tmp_path)
+  ref = reference(model)
+  collect(model, store)
+  _flip_byte(_entry(store) / "002.weights.bin")
+  counted.clear()
+  assert_same(collect(model, store, fields=("weights", "x")),
+              {i: {f: ref[i][f] for f in ("weights", "x")} for i in ref})
+  assert len(counted) == 1
+  assert capfd.readouterr().err.count("checksum") == 1
+  counted.clear()
+  collect(model, store, fields=("weights",))
+  assert counted == []
+
+
+def test_stopping_early_leaves_no_read_thread(model, tmp_path):
+  import threading
+
+  store = records.RecordStore(tmp_path)
+  collect(model, store)
+  it = records.iter_layers(model, TOK, store=store, fields=("weights",))
+  next(it)
+  it.close()
+  assert not [t for t in threading.enumerate() if t.name.startswith("records-read")]

@@ -259,7 +259,8 @@ def _block_top_host(a, lo: int, *, ns: tuple, window: int = 0):
   are). Run before the layer's kernel is dispatched, it overlaps the previous layer's."""
   H, R, C = a.shape
   n = _padded_rows(R)
-  a = np.pad(a, ((0, 0), (0, n - R), (0, 0)))
+  if n > R:  # (np.pad copies even when it adds nothing: a block of whole chunks goes as it is)
+    a = np.pad(a, ((0, 0), (0, n - R), (0, 0)))
   return block_top_host(a, lo, min(max(ns) + 1, C), window)
 
 

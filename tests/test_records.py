@@ -563,3 +563,31 @@ def test_stopping_early_leaves_no_read_thread(model, tmp_path):
   next(it)
   it.close()
   assert not [t for t in threading.enumerate() if t.name.startswith("records-read")]
+
+
+def test_layers_above_the_read_ahead_budget_are_read_when_reached(model, tmp_path,
+                                                                  monkeypatch):
+  """Above READ_AHEAD_BYTES a layer is read in the caller's thread when it is reached (its
+  pages would otherwise be resident beside the previous layer's: L = 4,096 on SmolLM2)."""
+  import threading
+
+  from limits.records import store as store_lib
+
+  store = records.RecordStore(tmp_path)
+  collect(model, store)
+  calls, real = [], store_lib.Entry.read
+
+  def read(self, layer, fields):
+    calls.append(threading.current_thread().name)
+    return real(self, layer, fields)
+
+  monkeypatch.setattr(store_lib.Entry, "read", read)
+  size = store_lib.Entry(_entry(store), key_lib.window_key(model, TOK)).nbytes(0, ("weights",))
+  assert size == 2 * 48 * 48 * 4  # (1, H, L, L) float32 from the manifest
+  monkeypatch.setattr(records, "READ_AHEAD_BYTES", size - 1)
+  collect(model, store, fields=("weights",))
+  assert calls and all(name == threading.current_thread().name for name in calls)
+  calls.clear()
+  monkeypatch.setattr(records, "READ_AHEAD_BYTES", size)
+  collect(model, store, fields=("weights",))
+  assert calls and all(name.startswith("records-read") for name in calls)

@@ -144,16 +144,24 @@ def iter_arrays(model, tokens, fields: Sequence[str], *, layers=None,
     yield i, {f: arrays[f] for f in fields}, window
 
 
+# A layer's fields are read ahead (mapped and checked while the caller uses the previous
+# layer) up to this many bytes: its pages then count in the process's resident memory beside
+# the previous layer's. A larger layer (SmolLM2's weights alone are 604 MB at L = 4,096) is
+# read when it is reached, so peak memory stays one layer's records there.
+READ_AHEAD_BYTES = 1 << 28
+
+
 def _read_ahead(entry, kept: Sequence[int], fields: Sequence[str]):
   """Yields ``(layer, entry.read(layer, fields))`` for the ``kept`` layers in order, the next
   layer mapped and checksum-checked by one background thread while the caller uses this one
   (the check pages the file in from disk and hashes it with the GIL released: 22 ms per
-  SmolLM2 weights file at L = 1,024 when it is not in the page cache). A failed read (Corrupt)
-  is raised when its layer is reached, as a read in the caller's thread would be; a caller
-  that stops early waits for at most the one read in flight."""
+  SmolLM2 weights file at L = 1,024 when it is not in the page cache), for layers of at most
+  :data:`READ_AHEAD_BYTES`. A failed read (Corrupt) is raised when its layer is reached, as a
+  read in the caller's thread would be; a caller that stops early waits for at most the one
+  read in flight."""
   from concurrent.futures import ThreadPoolExecutor
 
-  if len(kept) < 2:
+  if len(kept) < 2 or max(entry.nbytes(i, fields) for i in kept) > READ_AHEAD_BYTES:
     for i in kept:
       yield i, entry.read(i, fields)
     return

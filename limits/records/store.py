@@ -102,6 +102,12 @@ class Entry:
         if size != want:
           raise Corrupt(f"{path}: {size} bytes, the manifest says {want} (truncated?)")
 
+  def nbytes(self, layer: int, fields: Sequence[str]) -> int:
+    """Bytes of one layer's ``fields`` on disk (from the manifest)."""
+    meta = self.layers[str(layer)]
+    return sum(int(np.prod(meta[f]["shape"])) * np.dtype(meta[f]["dtype"]).itemsize
+               for f in fields)
+
   def read(self, layer: int, fields: Sequence[str]) -> dict[str, np.ndarray]:
     """``{field: read-only memory-mapped array}`` for one layer, each checksum-checked."""
     out = {}

@@ -149,5 +149,10 @@ def test_block_top_host_orders_negative_weights_as_lax_top_k(fill):
   a[1, :, ::3] = np.float32(fill)
   vis = block_visible(lo, L - lo, L, 0, xp=np)
   key = np.where(vis, a, np.float32(-np.inf)).reshape(-1, L)
+  # lax.top_k's order written out in NumPy: value descending, +0 above −0, then lower index
+  order = np.lexsort((np.broadcast_to(np.arange(L), key.shape), np.signbit(key), -key), axis=-1)
   for k in (5, 20, 39):
-    np.testing.assert_array_equal(block_top_host(a, lo, k).reshape(-1, k), _device_top(key, k))
+    got = block_top_host(a, lo, k).reshape(-1, k)
+    np.testing.assert_array_equal(got, order[:, :k])
+    if fill != 0:  # no ±0 pair to order: the device's own top k as well
+      np.testing.assert_array_equal(got, _device_top(key, k))

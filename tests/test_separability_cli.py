@@ -172,33 +172,48 @@ def test_model_source_writes_the_first_window_throttled(tiny3, tmp_path, monkeyp
   assert written == layers_written
 
 
-def test_model_source_dispatches_the_next_layer_before_fetching_one(tiny3, tmp_path,
-                                                                    monkeypatch):
-  """Layer l + 1's kernel is dispatched before layer l's sums are fetched (two kernels in
-  flight: both cores), every layer's sums are fetched once, in order, and the result equals
-  the layer-at-a-time sums (the same kernel on the same records)."""
+def test_model_source_computes_two_layers_at_once(tiny3, tmp_path, monkeypatch):
+  """Two layers' kernels run at once, each dispatched and waited for in its own thread
+  (records.streaming.in_threads; from one thread XLA's CPU backend runs them one after the
+  other): layers 0 and 1 of each window meet at a barrier inside layer_sums, which a loop
+  computing one layer at a time never passes. Every layer's sums are fetched once, in layer
+  order, on the caller's thread, and the result equals the layer-at-a-time sums (the same
+  kernel on the same records)."""
+  import threading
+
   import jax
 
+  from limits import records
   from limits.runs import results as res_lib
   from limits.separability import model as separability_model
   from limits.separability import task as separability_task
 
   config = _tiny3_config(tiny3, windows=2)
-  events = []
-  original = separability_model.layer_sums
+  main = threading.current_thread().name
+  pulled, fetched, barrier = [], [], threading.Barrier(2, timeout=30)
+  original_sums, original_iter = separability_model.layer_sums, records.iter_layers
+
+  def fp(weights):  # which layer of which window: its weights' bytes
+    return hash(np.asarray(weights).tobytes())
+
+  def iter_layers(*args, **kwargs):
+    for i, rec in original_iter(*args, **kwargs):
+      pulled.append(fp(rec.weights[0]))
+      yield i, rec
 
   class Fetched:  # the device sums; np.asarray(...) is the fetch
-    def __init__(self, value, i):
-      self.value, self.i = value, i
+    def __init__(self, value, key):
+      self.value, self.key = value, key
 
     def __array__(self, dtype=None, copy=None):
-      events.append(("fetch", self.i))
+      fetched.append((self.key, threading.current_thread().name))
       return np.asarray(self.value, dtype)
 
-  def layer_sums(*args, **kwargs):
-    i = sum(e[0] == "dispatch" for e in events)
-    events.append(("dispatch", i))
-    return Fetched(original(*args, **kwargs), i)
+  def layer_sums(weights, *args, **kwargs):
+    key = fp(weights)
+    if pulled.index(key) % 3 in (0, 1):  # layers 0 and 1 of a window (3 layers)
+      barrier.wait()
+    return Fetched(original_sums(weights, *args, **kwargs), key)
 
   def run(name):  # per_head.csv of one run
     out = res_lib.prepare_out_dir(tmp_path / name, separability_task.EXPERIMENT, identity={},
@@ -210,16 +225,11 @@ def test_model_source_dispatches_the_next_layer_before_fetching_one(tiny3, tmp_p
       res_lib.release_dir(out)
     return read_csv(out / "per_head.csv")
 
+  monkeypatch.setattr(records, "iter_layers", iter_layers)
   monkeypatch.setattr(separability_model, "layer_sums", layer_sums)
   pipelined = run("out")
-  # per window (3 layers, calls 3w .. 3w + 2): dispatch 0, dispatch 1, fetch 0, dispatch 2,
-  # fetch 1, fetch 2
-  expect = []
-  for w in range(2):
-    b = 3 * w
-    expect += [("dispatch", b), ("dispatch", b + 1), ("fetch", b), ("dispatch", b + 2),
-               ("fetch", b + 1), ("fetch", b + 2)]
-  assert events == expect
+  assert len(pulled) == 6 and [k for k, _ in fetched] == pulled
+  assert all(name == main for _, name in fetched)
   monkeypatch.setattr(separability_model, "layer_sums",  # fetched at once: no overlap
-                      lambda *a, **k: np.asarray(original(*a, **k)))
+                      lambda *a, **k: np.asarray(original_sums(*a, **k)))
   assert pipelined == run("out2")

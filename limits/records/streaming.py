@@ -5,10 +5,17 @@ over a model's layers that dispatches layer l + 1's kernel *before* reading laye
 keeps the device busy while the host reads, checks and places the next records (Algorithms 1
 and 2, :meth:`limits.distance.model.ModelEvaluator.head_stats`; Algorithm 4,
 :func:`limits.separability.task.run_model`). :func:`one_behind` is that loop, written once.
+
+On XLA's CPU backend, calls dispatched from one thread run one after the other: a layer's
+kernel that keeps ~1.3 cores busy leaves the rest idle whatever is in flight. Calls from two
+threads run at once. :func:`in_threads` runs each item's dispatch and wait in one of two worker
+threads and finishes the results in order on the caller's (Algorithm 4: two SmolLM2 layers in
+0.42–0.47 s instead of 0.59–0.62 s, the same sums bit for bit).
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Callable, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -37,4 +44,42 @@ def one_behind(items: Iterable[T], dispatch: Callable[[T], D],
     previous, have = current, True
   if have:
     finish(previous)
+  return count
+
+
+def in_threads(items: Iterable[T], dispatch: Callable[[T], D], finish: Callable[[D], None],
+               *, workers: int = 2) -> int:
+  """:func:`one_behind` with the work in threads: ``dispatch(item)`` runs, and its JAX arrays
+  are waited for (``jax.block_until_ready``), in one of ``workers`` threads, so up to
+  ``workers`` items compute at once; ``finish`` runs on the caller's thread on each value in
+  item order, as soon as the oldest is done and before more than ``workers`` are started, so a
+  caller that adds results up gets the same sums in the same order as the plain loop. The
+  caller reads item l + ``workers`` only after item l is finished (at most ``workers`` items'
+  arrays held besides the one being read).
+
+  Returns the number of items. An exception from ``dispatch`` is raised at its item's turn;
+  one from ``finish`` (an interrupt at a safe point) stops the loop: items not started are
+  dropped, the ones running are waited for (a layer's kernel) and their values dropped.
+  """
+  import jax
+  from concurrent.futures import ThreadPoolExecutor
+
+  def job(item):
+    return jax.block_until_ready(dispatch(item))
+
+  pending: collections.deque = collections.deque()
+  count = 0
+  with ThreadPoolExecutor(workers, thread_name_prefix="in-flight") as pool:
+    try:
+      for item in items:
+        pending.append(pool.submit(job, item))
+        del item
+        count += 1
+        if len(pending) >= workers:
+          finish(pending.popleft().result())
+      while pending:
+        finish(pending.popleft().result())
+    finally:
+      for f in pending:
+        f.cancel()
   return count

@@ -203,7 +203,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
   from limits.distance.model import record_fields, record_vectors
   from limits.distance.rowspace import row_space
   from limits.runs.progress import Progress
-  from limits.records.streaming import one_behind
+  from limits.records.streaming import in_threads
 
   c = config
   model = sources.load_model(c.model)
@@ -283,10 +283,10 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         return layer, separability_model.layer_sums(                   # top k on the host
             weights, x, ns, c.radius, rule=c.rule, window=window, dtype=dtype)
 
-      # Layer l + 1 is dispatched (JAX runs it asynchronously) before layer l's sums are
-      # fetched (records.streaming.one_behind): two kernels in flight use both cores (a
-      # layer's kernel alone uses ~1.3).
-      one_behind(records.iter_layers(model, tokens[w:w + 1], fields=record_fields(c.vectors)),
+      # Two layers computed at once, each dispatched and waited for in its own thread
+      # (records.streaming.in_threads: from one thread XLA's CPU backend runs them one after
+      # the other, and a layer's kernel alone uses ~1.3 cores); sums added in layer order.
+      in_threads(records.iter_layers(model, tokens[w:w + 1], fields=record_fields(c.vectors)),
                  dispatch, lambda done: finish(*done))
 
 

@@ -185,6 +185,19 @@ def _with_derived(arrays: dict) -> dict:
   return out
 
 
+def _written(writer, write):
+  """Runs ``write()`` (the writer's ``add`` or ``flush``); on a failed write (OSError) warns
+  once, aborts the entry and returns None, else returns the writer."""
+  try:
+    write()
+    return writer
+  except OSError as e:
+    print(f"warning: records cache: write failed ({e}); not cached", file=sys.stderr,
+          flush=True)
+    writer.abort()
+    return None
+
+
 def _compute(model, tokens, kept, done, store, key):
   """Runs the forward over every layer, writes the entry, yields the kept layers not done."""
   from limits import models
@@ -202,23 +215,11 @@ def _compute(model, tokens, kept, done, store, key):
       rec_window = rec.window
       del rec
       if writer is not None:
-        try:
-          writer.add(i, arrays)
-        except OSError as e:
-          print(f"warning: records cache: write failed ({e}); not cached", file=sys.stderr,
-                flush=True)
-          writer.abort()
-          writer = None
+        writer = _written(writer, lambda: writer.add(i, arrays))
       if i in kept and i not in done:
         yield i, arrays, rec_window
-    if writer is not None:
-      try:
-        writer.flush()  # the layers still being written (store.Writer writes in the background)
-      except OSError as e:
-        print(f"warning: records cache: write failed ({e}); not cached", file=sys.stderr,
-              flush=True)
-        writer.abort()
-        writer = None
+    if writer is not None:  # the layers still in the writer's background thread
+      writer = _written(writer, writer.flush)
     if writer is not None:
       try:
         writer.commit(model.config.n_layer)

@@ -194,7 +194,7 @@ def _rows_sums(a, x, dl, M, lo, valid, *, ns: tuple, rule: str, window: int = 0,
   # (gathered, (R, k, d)): I_N is their first min(N, k) places (the threshold above selects
   # the same keys), so K·k·d per row, not the K·C·d of a product over the whole row (1.15×
   # per SmolLM2 layer, ``python -m benchmarks.separability_model --model=smollm2 --layer=15
-  # --pairs=4 --before=a1ca337``; a cumsum over the k places instead was 0.63×).
+  # --pairs=4 --before=a1ca337``; a cumsum over the k places instead, not committed, 0.63×).
   w_top = a_top * vis_top                                    # (R, k) 0 for a masked key
   prefix = jnp.asarray(np.arange(k)[None, :] <= cut_pos[:, None], dt)   # (K, k) place in I_N
   s = jnp.einsum("rnk,rkd->rnd", prefix[None] * w_top[:, None], jnp.take(x, idx, axis=0))

@@ -89,3 +89,120 @@ def test_streamed_head_stats_equal_layer_by_layer_synchronous_calls(printed):
       for key in df.PRINTED:
         want = sum(np.concatenate([m[key] for m in ms], axis=0) for ms in ref_means) / 2
         np.testing.assert_array_equal(got[key], want, err_msg=key)
+
+
+def _evaluator(pulled=None, n_layer=3, H=2, L=36, d=3):
+  """A ModelEvaluator over 2 windows of ``n_layer`` distinct synthetic layers, and the tokens
+  that select them (window w's tokens are all w). ``pulled`` gets each layer's weights key
+  (:func:`_key`) as the source yields it."""
+  windows = {0: _layers(20, n_layer, H, L, d), 1: _layers(21, n_layer, H, L, d)}
+
+  def source(tok):
+    w = int(np.asarray(tok)[0, 0])
+    for i, (wt, v) in enumerate(windows[w]):
+      if pulled is not None:
+        pulled.append(_key(wt))
+      yield i, types.SimpleNamespace(weights=wt, v=v, k=None, x=None, window=0)
+
+  config = types.SimpleNamespace(n_layer=n_layer, n_head=H)
+  ev = distance.ModelEvaluator(None, config, dtype=np.float64, avg_dtype=np.float32,
+                               layer_source=source)
+  return ev, jnp.asarray([[0] * L, [1] * L], jnp.int32)
+
+
+def _key(weights):
+  """Which layer of which window: its weights' bytes."""
+  return hash(np.asarray(weights).tobytes())
+
+
+@pytest.mark.parametrize("printed", [True, False])
+def test_head_stats_computes_two_layers_at_once(printed, monkeypatch):
+  """Two layers' kernels run at once, each dispatched and waited for in its own thread
+  (records.streaming.in_threads; from one thread XLA's CPU backend runs them one after the
+  other): layers 0 and 1 of each window meet at a barrier inside the layer call, which a loop
+  dispatching from one thread never passes. Every layer is read back once, in layer order, on
+  the caller's thread, and the statistics equal the one-layer-at-a-time loop's bitwise."""
+  import threading
+
+  from limits.distance import model as dm
+  from limits.records import streaming
+
+  name = "layer_stats_printed" if printed else "layer_stats"
+  original = getattr(dm, name)
+  main = threading.current_thread().name
+  pulled, called, read = [], [], []
+  barrier = threading.Barrier(2, timeout=30)
+
+  class Tracked:  # the layer's Pending; result() is the read back
+    def __init__(self, pending, key):
+      self.pending, self.key = pending, key
+
+    def block_until_ready(self):
+      self.pending.block_until_ready()
+      return self
+
+    def result(self):
+      read.append((self.key, threading.current_thread().name))
+      return self.pending.result()
+
+  def layer_call(weights, *args, **kwargs):
+    key = _key(weights)
+    called.append(threading.current_thread().name)
+    if pulled.index(key) % 3 in (0, 1):  # layers 0 and 1 of a window
+      barrier.wait()
+    return Tracked(original(weights, *args, **kwargs), key)
+
+  ns = [1, 5]
+  with jax.enable_x64(True):
+    ev, tokens = _evaluator(pulled)
+    monkeypatch.setattr(dm, name, layer_call)
+    hook = distance.PrintedExpectations(ns) if printed else None
+    st = ev.head_stats(tokens, ns, layer_hook=hook)
+    assert len(pulled) == 6 and len(called) == 6 and main not in called
+    assert [k for k, _ in read] == pulled and all(t == main for _, t in read)
+    monkeypatch.setattr(dm, name, original)
+    monkeypatch.setattr(dm, "in_threads", streaming.one_behind)  # one layer at a time
+    hook2 = distance.PrintedExpectations(ns) if printed else None
+    _assert_equal(st, ev.head_stats(tokens, ns, layer_hook=hook2))
+    if printed:
+      _assert_equal(hook.means(), hook2.means())
+
+
+def test_head_stats_one_layer_in_flight_with_a_hook_or_past_the_budget(monkeypatch):
+  """One layer in flight, dispatched from the caller's thread, where threads could change what
+  is computed or held: a hook called at dispatch (it may add up state in layer order: it sees
+  every layer once, in order, on the caller's thread), and layers whose float32 weights pass
+  records.READ_AHEAD_BYTES; at exactly the budget, two layers at once."""
+  import threading
+
+  from limits import records
+  from limits.distance import model as dm
+
+  main = threading.current_thread().name
+  ns = [1, 5]
+  H, L = 2, 36
+  with jax.enable_x64(True):
+    pulled, order = [], []
+    ev, tokens = _evaluator(pulled, H=H, L=L)
+
+    def hook(window, weights, x):  # not a PrintedExpectations: called at dispatch
+      order.append((_key(np.asarray(weights, np.float32)), threading.current_thread().name))
+
+    ev.head_stats(tokens, ns, layer_hook=hook)
+    assert [k for k, _ in order] == pulled and all(t == main for _, t in order)
+
+    threads = []
+    original = dm.layer_stats
+
+    def layer_call(*args, **kwargs):
+      threads.append(threading.current_thread().name)
+      return original(*args, **kwargs)
+
+    monkeypatch.setattr(dm, "layer_stats", layer_call)
+    monkeypatch.setattr(records, "READ_AHEAD_BYTES", H * L * L * 4 - 1)
+    ev.head_stats(tokens, ns)
+    assert threads == [main] * 6
+    threads.clear()
+    monkeypatch.setattr(records, "READ_AHEAD_BYTES", H * L * L * 4)
+    ev.head_stats(tokens, ns)
+    assert len(threads) == 6 and main not in threads

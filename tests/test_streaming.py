@@ -157,3 +157,29 @@ def test_in_threads_waits_for_jax_arrays_in_the_worker():
   in_threads(range(3), lambda i: (i, jnp.arange(4.0) * i), lambda d: got.append(d))
   assert [g[0] for g in got] == [0, 1, 2]
   np.testing.assert_array_equal(np.asarray(got[2][1]), [0.0, 2.0, 4.0, 6.0])
+
+
+def test_in_threads_workers_share_the_callers_x64_and_transfer_guard():
+  """A jax.enable_x64 or jax.transfer_guard block around the loop holds inside the workers'
+  dispatch (both are thread-local in JAX: a plain worker thread computes in float32 and
+  ignores the guard), and a worker outside such a block gets the global settings."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from limits.records.streaming import in_threads
+
+  def dtypes(items):
+    got = []
+    in_threads(items, lambda i: jnp.zeros(()) + i, lambda d: got.append(d.dtype))
+    return got
+
+  with jax.enable_x64(True):
+    assert dtypes(range(3)) == [jnp.float64] * 3
+  assert dtypes(range(3)) == [jnp.float32] * 3
+  with jax.transfer_guard("disallow"):
+    with pytest.raises(Exception, match="[Dd]isallowed"):
+      in_threads([np.ones(3)], lambda a: jnp.sin(a), lambda d: None)  # implicit host -> device
+  got = []
+  in_threads([np.ones(3)], lambda a: jnp.sin(a), got.append)  # no guard: allowed
+  assert len(got) == 1

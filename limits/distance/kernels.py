@@ -388,12 +388,21 @@ class Pending:
   """A layer's statistics dispatched and not yet read back (:func:`layer_stats` with
   ``wait=False``): :meth:`result` waits for the device and returns what the call would have
   returned. A caller streaming layers (:meth:`limits.distance.model.ModelEvaluator.head_stats`)
-  reads layer l back after dispatching layer l + 1, so the host's work between two kernels
-  (reading and checking the next records, placing them, Algorithm 2's host top k) overlaps the
-  device's instead of leaving it idle; the same arrays, read in the same order."""
+  reads layer l back after dispatching layer l + 1 (two layers dispatched and waited for in
+  worker threads, :func:`limits.records.streaming.in_threads`, :meth:`block_until_ready`), so
+  the host's work between two kernels (reading and checking the next records, placing them,
+  Algorithm 2's host top k) overlaps the device's instead of leaving it idle; the same arrays,
+  read in the same order."""
 
   def __init__(self, out, shape, finish=None):
     self._out, self._shape, self._finish = out, shape, finish
+
+  def block_until_ready(self) -> "Pending":
+    """Waits for the device arrays, not for the host finish (``jax.block_until_ready`` calls
+    it: ``records.streaming.in_threads`` waits in a worker thread, then :meth:`result` reads
+    back on the caller's)."""
+    jax.block_until_ready(self._out)
+    return self
 
   def result(self):
     out = jax.device_get(self._out)

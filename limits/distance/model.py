@@ -23,7 +23,8 @@ from limits.distance.heads import SUMMED, HeadStats, combine, concat_heads, toke
 from limits.distance.rows import check_form, check_inclusion
 from limits.distance.rowspace import row_space
 from limits.errors import LimitsError
-from limits.records.streaming import one_behind
+from limits import records
+from limits.records.streaming import in_threads, one_behind
 
 VECTORS = ("value", "key", "hidden", "embedding")
 
@@ -189,9 +190,8 @@ class ModelEvaluator:
       return pending
 
     def read_back(w, layers, pending):
-      # One layer behind the dispatch (records.streaming.one_behind, kernels.Pending): layer l
-      # is read back after layer l + 1's records are read and its kernel dispatched, so that
-      # host work overlaps the device's; in order: the same sums in the same order.
+      # After the next layer's dispatch (kernels.Pending): host work overlaps the device's;
+      # in layer order, on the caller's thread: the same sums in the same order.
       hs = pending.result()
       if folded:
         hs, means = hs
@@ -200,10 +200,20 @@ class ModelEvaluator:
       if on_layer is not None:
         on_layer()
 
+    # Two layers computed at once, each dispatched and waited for in its own thread
+    # (records.streaming.in_threads: from one thread XLA's CPU backend runs its calls one
+    # after the other, and a layer's kernel with Algorithm 2's host top k leaves a core idle),
+    # read back in layer order on this thread: the same sums in the same order. Not with a
+    # hook called in dispatch (it may add up state in layer order), nor for layers whose
+    # float32 weights pass records.READ_AHEAD_BYTES (SmolLM2 at L = 4,096: one more layer held
+    # would be 0.6 GB, and its float64 cast 1.2 GB more): one layer in flight there.
+    H, L = int(self.config.n_head), int(tokens.shape[1])
+    threaded = (layer_hook is None or folded) and H * L * L * 4 <= records.READ_AHEAD_BYTES
+    loop = in_threads if threaded else one_behind
     for w in range(tokens.shape[0]):
       layers = []
-      one_behind(self._layers(tokens[w:w + 1], dtype, cast_weights=False, host_weights=True),
-                 functools.partial(dispatch, w), functools.partial(read_back, w, layers))
+      loop(self._layers(tokens[w:w + 1], dtype, cast_weights=False, host_weights=True),
+           functools.partial(dispatch, w), functools.partial(read_back, w, layers))
       st = concat_heads(layers)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

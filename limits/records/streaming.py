@@ -17,6 +17,7 @@ faster, the same sums bit for bit: ``python -m benchmarks.reproduce --model=smol
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Callable, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -58,6 +59,9 @@ def in_threads(items: Iterable[T], dispatch: Callable[[T], D], finish: Callable[
   caller reads item l + ``workers`` only after item l is finished (at most ``workers`` items'
   arrays held besides the one being read).
 
+  The workers run under the caller's thread-local JAX settings (:func:`caller_settings`: a
+  ``jax.enable_x64`` or ``jax.transfer_guard`` block around the loop holds inside ``dispatch``).
+
   Returns the number of items. An exception from ``dispatch`` is raised at its item's turn;
   one from ``finish`` (an interrupt at a safe point) stops the loop: items not started are
   dropped, the ones running are waited for (a layer's kernel) and their values dropped.
@@ -65,8 +69,11 @@ def in_threads(items: Iterable[T], dispatch: Callable[[T], D], finish: Callable[
   import jax
   from concurrent.futures import ThreadPoolExecutor
 
+  settings = caller_settings()
+
   def job(item):
-    return jax.block_until_ready(dispatch(item))
+    with settings():
+      return jax.block_until_ready(dispatch(item))
 
   pending: collections.deque = collections.deque()
   count = 0
@@ -84,3 +91,28 @@ def in_threads(items: Iterable[T], dispatch: Callable[[T], D], finish: Callable[
       for f in pending:
         f.cancel()
   return count
+
+
+GUARDS = ("host_to_device", "device_to_host", "device_to_device")  # jax.transfer_guard_<kind>
+
+
+def caller_settings() -> Callable[[], contextlib.AbstractContextManager]:
+  """The calling thread's JAX settings that a context manager may have set for this thread
+  only (``jax.enable_x64``, ``jax.transfer_guard``): a worker thread starts from the global
+  ones, so float64 arrays would come out float32 there and a transfer guard would not hold.
+  Returns a function giving a context manager that sets the same values in another thread."""
+  import jax
+
+  x64 = bool(jax.config.jax_enable_x64)
+  guards = {g: getattr(jax.config, f"jax_transfer_guard_{g}") for g in GUARDS}
+
+  @contextlib.contextmanager
+  def apply():
+    with contextlib.ExitStack() as stack:
+      stack.enter_context(jax.enable_x64(x64))
+      for g, level in guards.items():
+        if level is not None:
+          stack.enter_context(getattr(jax, f"transfer_guard_{g}")(level))
+      yield
+
+  return apply

@@ -543,3 +543,58 @@ def test_one_screen_pass_for_all_batches_equals_one_per_batch(monkeypatch):
   assert out[1 << 30] == out[0]
   assert [row[-1] for row in out[0]] == [0.01, 0.3, 1.0, 4.0, 30.0]
   assert len({tuple(row[:3]) for row in out[0]}) > 1  # the counts differ between T
+
+
+def test_bracket_pass_screens_two_blocks_at_once(monkeypatch):
+  """The screen's pass over a model's (window, layer) blocks computes two blocks at once, each
+  placed, cut into span groups and screened in its own thread (records.streaming.in_threads;
+  from one thread XLA's CPU backend runs its calls one after the other): blocks 0 and 1 meet
+  at a barrier inside the screen's group call, which a one-thread loop never passes. The tap
+  sees every block once, in row order, on the caller's thread, and the decisions, counts and
+  maxima equal those of one block at a time (Newton from the kept rows included)."""
+  import threading
+
+  from limits.gradient.blocks import RowBlocks
+  from limits.records import streaming
+
+  rng = np.random.default_rng(5)
+  L, per, n_blocks = 40, 24, 3
+  rows = (rng.normal(size=(n_blocks * per, L)) * 6).astype(np.float32)
+  rows[:, 0] = np.arange(rows.shape[0])  # every row, so every block, distinct
+  mask = np.tri(L, dtype=bool)[rng.integers(0, L, rows.shape[0])]
+  blocks = [(b * per, rows[b * per:(b + 1) * per], mask[b * per:(b + 1) * per])
+            for b in range(n_blocks)]
+  src = RowBlocks(rows.shape[0], L, np.float32, lambda: iter(blocks))
+  Ts = np.array([0.01, 0.1, 1.0, 10.0])
+  main = threading.current_thread().name
+  tapped, waited = [], set()
+  barrier = threading.Barrier(2, timeout=30)
+  original = gradient_screen._screen_group_fn
+
+  def group_fn(*key):
+    fn = original(*key)
+
+    def call(rows_d, *args):
+      b = int(np.asarray(rows_d)[0, 0]) // per  # which block
+      if b in (0, 1) and b not in waited:
+        waited.add(b)
+        barrier.wait()
+      return fn(rows_d, *args)
+
+    return call
+
+  def tap(start, r, m):
+    tapped.append((start, threading.current_thread().name))
+
+  with jax.enable_x64(True):
+    monkeypatch.setattr(gradient_screen, "_screen_group_fn", group_fn)
+    got = gradient_screen.Screen(src, None, np.float64, 1e-14).stats(Ts, tap=tap)
+    assert waited == {0, 1}
+    assert tapped == [(b * per, main) for b in range(n_blocks)]
+    assert got["newton"].sum() > 0  # Newton ran on rows the pass kept
+    monkeypatch.setattr(gradient_screen, "_screen_group_fn", original)
+    monkeypatch.setattr(streaming, "in_threads", streaming.one_behind)  # one block at a time
+    want = gradient_screen.Screen(src, None, np.float64, 1e-14).stats(Ts)
+  assert set(got) == set(want)
+  for k in want:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)

@@ -350,67 +350,46 @@ class Screen:
     every pair open at the end was open then, and the kept rows hold every row Newton needs.
     ``tap(start, rows, mask)``, if given, sees every block of the pass (the task gathers its
     exact and sampled rows there: one pass over the records, not two).
-
-    Two blocks are screened at once, each one's rows placed, cut into span groups and screened
-    in its own thread (``records.streaming.in_threads``: from one thread XLA's CPU backend runs
-    its calls one after the other), while this thread reads the next block (a model's forward
-    and records) and taps it; every block's results are taken here in row order, so the parts,
-    the maxima and the kept rows are those of one block at a time.
     """
     import jax
     import jax.numpy as jnp
     from jax import lax
 
-    from limits.records.streaming import in_threads
-
     dt = self.dtype
     parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n (n, K), abq (n, 3, K), r, count (n,))]
     first: dict = {}
-    # kept: w -> [(global rows (m,), rows (m, w) f32, mask (m, w))], None past KEEP_BYTES
-    st = {"kept": {}, "kept_bytes": 0, "max_lo": np.full(K, -np.inf, dt)}
-
-    def blocks():  # this thread, in row order
-      for start, rows, mask in self.source.blocks():
-        if tap is not None:
-          tap(start, rows, mask)
-        yield start, rows, np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
-
-    def dispatch(block):  # a worker thread: the block's span groups on the device
-      start, rows, host_mask = block
+    kept: dict | None = {}  # w -> [(global rows (m,), rows (m, w) f32, mask (m, w))]
+    kept_bytes = 0
+    max_lo = np.full(K, -np.inf, dt)
+    for start, rows, mask in self.source.blocks():
+      if tap is not None:
+        tap(start, rows, mask)
+      host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
       rows_d, mask_d = jax.device_put((rows, host_mask))
-      out = []
       for idx, w in sensitivity.span_groups(host_mask, step=sensitivity.SPAN_STEP):
         chunk = max(1, self.block_elems // (K * w))
-        out.append((idx, w, _screen_group_fn(w, chunk, idx.size, dt.name)(
-            rows_d, mask_d, self._padded(idx, chunk), Td)))
-      return start, rows, host_mask, out
-
-    def finish(done):  # this thread, each block in row order
-      start, rows, host_mask, out = done
-      for idx, w, o in out:
-        part = tuple(lax.slice_in_dim(v, 0, idx.size) for v in o[:5])
+        out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
+                                                            self._padded(idx, chunk), Td)
+        part = tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:5])
         parts.setdefault(w, []).append((start + idx,) + part)
-        st["max_lo"] = np.maximum(st["max_lo"], np.asarray(jax.device_get(o[5])))
+        max_lo = np.maximum(max_lo, np.asarray(jax.device_get(out[5])))
         if w not in first:
           first[w] = (np.asarray(rows[idx[0], :w]), host_mask[idx[0], :w])
-        if st["kept"] is not None:
-          und = _decide_fn(idx.size, self.rtol, w)(*part, jax.device_put(st["max_lo"]), Td, pd,
-                                                   td)[0]
+        if kept is not None:
+          und = _decide_fn(idx.size, self.rtol, w)(*part, jax.device_put(max_lo), Td, pd, td)[0]
           sel = idx[np.asarray(jax.device_get(jnp.any(und, axis=1)))]
-          st["kept_bytes"] += sel.size * w * 5
-          if st["kept_bytes"] > KEEP_BYTES:
-            st["kept"] = None
+          kept_bytes += sel.size * w * 5
+          if kept_bytes > KEEP_BYTES:
+            kept = None
           elif sel.size:
-            st["kept"].setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
-                                                 host_mask[sel, :w]))
-
-    in_threads(blocks(), dispatch, finish)
+            kept.setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
+                                           host_mask[sel, :w]))
+      del rows_d, mask_d
     groups = {w: parts[w] for w in sorted(parts)}  # not concatenated: half the peak memory
-    kept = st["kept"]
     if kept is not None:
       kept = {w: tuple(np.concatenate([q[i] for q in v]) for i in range(3))
               for w, v in kept.items()}
-    return groups, first, st["max_lo"], kept
+    return groups, first, max_lo, kept
 
   def stats(self, temperatures, tap=None) -> dict:
     """Per temperature (K,) NumPy: ``n_exceed_paper``, ``n_exceed_tight``,

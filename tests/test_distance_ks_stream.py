@@ -33,7 +33,13 @@ def test_bisection_without_kept_records_holds_one_layer_at_a_time(monkeypatch):
   """Streamed (cache 0): the (L, L) arrays alive at a search-kernel call do not grow from 2 to
   6 layers (by at most 1). The other side: kept records (cache 1 GiB) are all alive, so their count grows by
   ≥ 4 (a weights array per layer); a probe that lists a window's layers before reducing them
-  grows the same way. Both give the same critical N."""
+  grows the same way. Both give the same critical N. The layers run one at a time here
+  (``one_behind`` in place of ``in_threads``, whose worker threads make the count at a call
+  depend on timing): that ``in_threads`` holds at most two items besides the one being read
+  is tests/test_streaming.py's."""
+  from limits.records.streaming import one_behind
+
+  monkeypatch.setattr(distance_model, "in_threads", one_behind)
   with frozen_heap():
     streamed = [_live_square_arrays_per_call(n, 0, monkeypatch) for n in (2, 6)]
     kept = [_live_square_arrays_per_call(n, 1 << 30, monkeypatch) for n in (2, 6)]

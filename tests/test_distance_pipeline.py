@@ -104,7 +104,7 @@ def _evaluator(pulled=None, n_layer=3, H=2, L=36, d=3):
         pulled.append(_key(wt))
       yield i, types.SimpleNamespace(weights=wt, v=v, k=None, x=None, window=0)
 
-  config = types.SimpleNamespace(n_layer=n_layer, n_head=H)
+  config = types.SimpleNamespace(n_layer=n_layer, n_head=H, d_head=d, n_embd=H * d)
   ev = distance.ModelEvaluator(None, config, dtype=np.float64, avg_dtype=np.float32,
                                layer_source=source)
   return ev, jnp.asarray([[0] * L, [1] * L], jnp.int32)
@@ -206,3 +206,49 @@ def test_head_stats_one_layer_in_flight_with_a_hook_or_past_the_budget(monkeypat
     monkeypatch.setattr(records, "READ_AHEAD_BYTES", H * L * L * 4)
     ev.head_stats(tokens, ns)
     assert len(threads) == 6 and main not in threads
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_search_stats_two_layers_at_once(cached, monkeypatch):
+  """Algorithm 3's per-layer search statistics (ModelEvaluator._cached_stats, behind
+  ks_pvalues and critical_n) compute two layers at once in worker threads: layers 0 and 1 of
+  each window meet at a barrier inside search_stats, which a one-thread loop never passes;
+  with the records cache (sorted rows kept) and without it (records read again per probe).
+  The parts are taken in layer order: the p-values equal those of one layer at a time, and
+  past records.READ_AHEAD_BYTES every layer runs on the caller's thread."""
+  import threading
+
+  from limits import records
+  from limits.distance import model as dm
+  from limits.records import streaming
+
+  pulled, called = [], []
+  barrier = threading.Barrier(2, timeout=30)
+  original = dm.search_stats
+  main = threading.current_thread().name
+
+  def search(weights, *args, **kwargs):
+    called.append(threading.current_thread().name)
+    if pulled.index(_key(np.asarray(weights, np.float32))) % 3 in (0, 1):
+      barrier.wait()
+    return original(weights, *args, **kwargs)
+
+  probe = [1, 5, 9]
+  with jax.enable_x64(True):
+    ev, tokens = _evaluator(pulled)
+    cache = ev._build_cache(tokens) if cached else None
+    if cached:
+      assert cache is not None
+    monkeypatch.setattr(dm, "search_stats", search)
+    got = ev.ks_pvalues(tokens, probe, cache=cache)
+    assert len(called) == 6 and main not in called
+    monkeypatch.setattr(dm, "search_stats", original)
+    monkeypatch.setattr(dm, "in_threads", streaming.one_behind)
+    np.testing.assert_array_equal(got, ev.ks_pvalues(tokens, probe, cache=cache))
+    called.clear()
+    monkeypatch.setattr(dm, "in_threads", streaming.in_threads)
+    monkeypatch.setattr(dm, "search_stats", lambda *a, **k: called.append(
+        threading.current_thread().name) or original(*a, **k))
+    monkeypatch.setattr(records, "READ_AHEAD_BYTES", 2 * 36 * 36 * 4 - 1)
+    np.testing.assert_array_equal(got, ev.ks_pvalues(tokens, probe, cache=cache))
+    assert called == [main] * 6

@@ -10,6 +10,7 @@ its per-head sums into the CSV and summary rows of the ``distance`` experiment.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Sequence
 
 import jax
@@ -155,6 +156,14 @@ class ModelEvaluator:
       yield (wts.astype(dtype) if cast_weights else wts), x.astype(dtype), window
       del rec
 
+  def _loop(self, L: int):
+    """How a layer loop runs at window length L: two layers at once in worker threads
+    (``records.streaming.in_threads``) when a layer's float32 weights (H, L, L) are at most
+    ``records.READ_AHEAD_BYTES``, else one layer in flight (``one_behind``: SmolLM2 at
+    L = 4,096 would hold one more 0.6 GB layer, and its float64 cast 1.2 GB more)."""
+    return in_threads if int(self.config.n_head) * L * L * 4 <= records.READ_AHEAD_BYTES \
+        else one_behind
+
   def head_stats(self, tokens, ns: Sequence[int], *, n_cap: int | None = None,
                  bound: bool = True, on_layer=None, dtype=None, layer_hook=None,
                  lean: bool = False, avg_dtype=EVALUATOR) -> HeadStats:
@@ -203,13 +212,10 @@ class ModelEvaluator:
     # Two layers computed at once, each dispatched and waited for in its own thread
     # (records.streaming.in_threads: from one thread XLA's CPU backend runs its calls one
     # after the other, and a layer's kernel with Algorithm 2's host top k leaves a core idle),
-    # read back in layer order on this thread: the same sums in the same order. Not with a
-    # hook called in dispatch (it may add up state in layer order), nor for layers whose
-    # float32 weights pass records.READ_AHEAD_BYTES (SmolLM2 at L = 4,096: one more layer held
-    # would be 0.6 GB, and its float64 cast 1.2 GB more): one layer in flight there.
-    H, L = int(self.config.n_head), int(tokens.shape[1])
-    threaded = (layer_hook is None or folded) and H * L * L * 4 <= records.READ_AHEAD_BYTES
-    loop = in_threads if threaded else one_behind
+    # read back in layer order on this thread: the same sums in the same order (:meth:`_loop`:
+    # one layer in flight past records.READ_AHEAD_BYTES). Not with a hook called in dispatch:
+    # it may add up state in layer order.
+    loop = self._loop(int(tokens.shape[1])) if layer_hook is None or folded else one_behind
     for w in range(tokens.shape[0]):
       layers = []
       loop(self._layers(tokens[w:w + 1], dtype, cast_weights=False, host_weights=True),
@@ -256,12 +262,23 @@ class ModelEvaluator:
   def _cached_stats(self, cache, ns):
     """HeadStats of the search's Ns summed over the windows: per layer
     :func:`limits.distance.search.search_stats` (each causal block only for the Ns its rows
-    count; rows sorted here where ``srt`` is None)."""
+    count; rows sorted here where ``srt`` is None). Two layers at once, as in
+    :meth:`head_stats` (:meth:`_loop`): a layer's host thresholds overlap another's kernel;
+    the parts are taken in layer order."""
+    def one(layer):
+      wts, x, srt, win = layer
+      return search_stats(wts, x, ns, inclusion=self.inclusion, sorted_rows=srt, window=win)
+
     total = None
     for layers in cache:
-      parts = [jax.tree.map(lambda v: v[0], search_stats(wts, x, ns, inclusion=self.inclusion,
-                                                         sorted_rows=srt, window=win))
-               for wts, x, srt, win in layers]
+      layers = iter(layers)
+      head = next(layers, None)  # (weights (1, H, L, L), x, sorted rows, window)
+      if head is None:
+        continue
+      parts = []
+      self._loop(int(np.shape(head[0])[-1]))(
+          itertools.chain([head], layers), one,
+          lambda hs: parts.append(jax.tree.map(lambda v: v[0], hs)))
       st = concat_heads(parts)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

@@ -1,4 +1,6 @@
-"""limits.records.streaming.one_behind: the one-item-in-flight loop of Algorithms 1, 2 and 4.
+"""limits.records.streaming: the layer loops of Algorithms 1-4 (one_behind: one item in
+flight; in_threads: two items computed at once in worker threads, under the caller's JAX
+settings).
 
 The order of events is the contract: item l + 1 is dispatched before item l is finished (so
 the host's work overlaps the device's), every dispatched value is finished once, in order.

@@ -1,17 +1,22 @@
-"""One item in flight: the loop that overlaps the host's work with the device's.
+"""The layer loops that overlap the host's work with the device's.
 
 JAX dispatches a jitted call and returns at once; reading its result back waits for it. A loop
 over a model's layers that dispatches layer l + 1's kernel *before* reading layer l's result
-keeps the device busy while the host reads, checks and places the next records (Algorithms 1
-and 2, :meth:`limits.distance.model.ModelEvaluator.head_stats`; Algorithm 4,
-:func:`limits.separability.task.run_model`). :func:`one_behind` is that loop, written once.
+keeps the device busy while the host reads, checks and places the next records.
+:func:`one_behind` is that loop, written once.
 
 On XLA's CPU backend, calls dispatched from one thread run one after the other: a layer's
 kernel that keeps ~1.3 cores busy leaves the rest idle whatever is in flight. Calls from two
 threads run at once. :func:`in_threads` runs each item's dispatch and wait in one of two worker
-threads and finishes the results in order on the caller's (Algorithm 4's step 1.24–1.36×
-faster, the same sums bit for bit: ``python -m benchmarks.reproduce --model=smollm2
---only=separability_model --reference_rev=4da5b67 --pairs=2``, WORKSPACE).
+threads and finishes the results in order on the caller's, the same sums bit for bit:
+Algorithms 1 and 2 (:meth:`limits.distance.model.ModelEvaluator.head_stats`), Algorithm 3's
+search (``ModelEvaluator._cached_stats``) and Algorithm 4
+(:func:`limits.separability.task.run_model`) use it, one_behind where a layer is too large to
+hold two (``ModelEvaluator._loop``). Their steps, alternated with the loop before (WORKSPACE):
+separability_model 1.24–1.36× (``python -m benchmarks.reproduce --model=smollm2
+--only=separability_model --reference_rev=4da5b67 --pairs=2``), vary_n 1.19–1.46× and
+vary_length 1.09–1.14× (``--only=distance_vary_length,distance_vary_n --reference_rev=1057c1e
+--pairs=2``), critical_n 1.17× (``--only=distance_critical_n --reference_rev=ca4fcfd``).
 """
 
 from __future__ import annotations

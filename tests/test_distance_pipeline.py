@@ -1,7 +1,8 @@
-"""Algorithms 1-2 streamed layer by layer with one layer in flight
-(limits.distance.kernels.Pending, ModelEvaluator.head_stats): the statistics read back one
-layer behind the dispatch are the synchronous calls' own, bit for bit, in layer order, and
-every layer is counted once (the last one too)."""
+"""Algorithms 1-3 streamed layer by layer (limits.distance.kernels.Pending,
+ModelEvaluator.head_stats and _cached_stats): two layers computed at once in worker threads,
+or one in flight where a layer is too large or a hook is called at dispatch; the statistics
+read back are the synchronous calls' own, bit for bit, in layer order, and every layer is
+counted once (the last one too)."""
 
 import types
 

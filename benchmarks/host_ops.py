@@ -5,12 +5,12 @@ spread), each pair checked equal first:
 - ``mask``: a layer's visible scores with the masked entries 0 (``limits.records.sources
   .iter_logit_blocks``): a copy then a boolean-mask assignment (ref) against one
   ``np.copyto(zeros, scores, where=visible)`` (ours, the code);
-- ``top``: Algorithm 2's host top k of one causal block (``limits.distance.kernels
+- ``top``: Algorithm 2's host top k of one causal block (``limits.distance.host_select
   .block_top_host``, ours, the code) against one sort of a packed uint64 key per entry (value
   descending in the high 32 bits, the index in the low: ``lax.top_k``'s order with no tie pass;
   ref, not taken);
 - ``select``: Algorithm 2's and 4's host top k of one causal block with its mask
-  (``limits.distance.kernels.block_top_host``, ours, the code: the mask written into the
+  (``limits.distance.host_select.block_top_host``, ours, the code: the mask written into the
   weights' int32 bits, a partition of the values, a flat nonzero) against the path it replaced
   (:func:`top_argpartition`: the mask, the order map, ``np.argpartition`` of the indices and a
   take; ref, up to the twenty-fourth session);
@@ -76,7 +76,7 @@ def top_packed(key, k: int):
 def top_argpartition(a, lo: int, k: int):
   """``block_top_host`` before the twenty-fifth session: the masked float key, its order map,
   ``np.argpartition`` of the indices, the tie repair, the packed sort of the k kept."""
-  from limits.distance.kernels import block_visible
+  from limits.distance.block import block_visible
   from limits.selection import _ordered_int
 
   G, R, C = a.shape
@@ -101,7 +101,8 @@ def top_argpartition(a, lo: int, k: int):
 
 def cases(L: int, heads: int, k: int) -> dict:
   """{name: (ref, ours)} zero-argument callables on one synthetic layer, checked equal."""
-  from limits.distance.kernels import block_top_host, block_visible
+  from limits.distance.block import block_visible
+  from limits.distance.host_select import block_top_host
   from limits.selection import sort_rows, top_k_rows_host
 
   w = causal_weights(heads, L)
@@ -126,8 +127,8 @@ def cases(L: int, heads: int, k: int) -> dict:
 
 
 def _blocks(L: int):
-  """The 4 causal blocks of a layer (``limits.distance.kernels.causal_blocks``)."""
-  from limits.distance.kernels import causal_blocks
+  """The 4 causal blocks of a layer (``limits.distance.block.causal_blocks``)."""
+  from limits.distance.block import causal_blocks
 
   return causal_blocks(L, 4)
 

@@ -251,7 +251,7 @@ def top_k_ordered(s, k: int):
   the (B, C) mask (every row then holds exactly k), and are sorted by one uint64 key (value
   descending in the high 32 bits, the index in the low 32): a unique key per entry, so the
   order needs no stable sort. With the mask written into the weights' bits
-  (``limits.distance.kernels.block_top_host``), a partition of the values and a flat nonzero
+  (``limits.distance.host_select.block_top_host``), a partition of the values and a flat nonzero
   select a SmolLM2-shaped layer's 4 causal blocks (k = 129) 1.50× faster (spread 1.47–1.56×)
   than the masked float key, its order map, an ``np.argpartition`` of the indices and a take
   (``python -m benchmarks.host_ops --length=1024 --heads=9 --pairs=5``, case ``select``)."""

@@ -139,7 +139,8 @@ def test_block_top_host_orders_negative_weights_as_lax_top_k(fill):
   """``block_top_host`` writes the mask into the weights' int32 bits, which are in order only
   for weights >= +0 (and −inf); −0 and negative weights (bits below −inf's) take the ordered
   path instead. Visible keys at −0 must rank above the masked keys, +0 above −0."""
-  from limits.distance.kernels import block_top_host, block_visible
+  from limits.distance.block import block_visible
+  from limits.distance.host_select import block_top_host
 
   L, lo = 40, 8
   rng = np.random.default_rng(3)

@@ -4,8 +4,8 @@
 Selection (the one tie rule, :mod:`limits.selection`): for N <= :data:`TOPK_MAX` (Algorithms
 1-2) each row's top max(N) + 1 keys come from one ``lax.top_k`` on the device
 (:func:`layer_kernel`, everything under jit, no host round trip), or, on the CPU backend for
-float32 NumPy records and max N >= :data:`HOST_TOP_FROM` (Algorithm 2), the same indices from
-NumPy (:func:`host_top`: 5-10 % less CPU time per SmolLM2 layer); larger N (Algorithm 3's
+float32 NumPy records and max N >= ``HOST_TOP_FROM`` (Algorithm 2), the same indices from
+NumPy (:mod:`limits.distance.host_select`: 5-10 % less CPU time per SmolLM2 layer); larger N (Algorithm 3's
 search) use rows sorted once on the host (:func:`sort_rows`) and a threshold per N with an
 index cut for ties (:func:`thresholds_from_sorted`). The per-N work of all queries of a causal
 query block is two (R, C)·(C, d) products through the Gram identities:
@@ -56,12 +56,12 @@ from jax import lax
 
 from limits.distance import farthest
 from limits.distance.heads import HeadStats, reduce_rows
-from limits.distance.block import block_rows as _block_rows, block_visible
+from limits.distance.block import block_rows as _block_rows, block_visible, causal_blocks
+from limits.distance.host_select import host_top, use_host_top
 from limits.distance.rows import RowStats, check_inclusion
 from limits.errors import LimitsError
-from limits.selection import (NEG_INF_BITS, ranks_from_top, select_thresholds, sort_rows,
-                              thresholds_from_sorted, top_k_ordered, top_k_rows,
-                              top_k_rows_host)
+from limits.selection import (ranks_from_top, select_thresholds, sort_rows,
+                              thresholds_from_sorted, top_k_rows)
 
 
 PRINTED = ("expected_printed_output", "expected_printed_xmean", "expected_nl")
@@ -127,13 +127,6 @@ BLOCKS_FROM_LENGTH = 512
 def default_blocks(L: int) -> int:
   """Causal query blocks used for an L × L layer: 1 below BLOCKS_FROM_LENGTH, else 4."""
   return 1 if L < BLOCKS_FROM_LENGTH else 4
-
-
-def causal_blocks(L: int, blocks: int = 4) -> list[tuple[int, int]]:
-  """Query blocks [lo, hi) of a causal L × L layer; block b reads only keys < hi, so the
-  per-row work is Σ_b (hi − lo)·hi ≈ 0.62·L² for 4 blocks instead of L²."""
-  edges = sorted({0, L} | {round(L * (b + 1) / blocks) for b in range(blocks)})
-  return list(zip(edges[:-1], edges[1:]))
 
 
 def _reduce(parts, printed: bool):
@@ -232,7 +225,8 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
   (:func:`limits.selection.top_k_rows`: a float32 row needs none).
   window: static W > 0 for a sliding-window layer (each query's last min(t + 1, W) keys).
   top: the selection order from :func:`layer_top` (same kmax, or ``width=kmax``; blocks,
-  window) or :func:`host_top` (the same indices, on the host), reused instead of selecting
+  window) or :func:`host_top` (the same indices, on the host;
+  :mod:`limits.distance.host_select`), reused instead of selecting
   again; a padded order (``width``) with ``bound=False`` only. lean: see :func:`_block_rows`
   (Algorithm 3's scan). avg_dtype (static): the dtype of the averaged-only passes
   (:data:`AVERAGED`, :func:`_block_rows`); None = ``dtype``.
@@ -272,50 +266,6 @@ def layer_kernel(weights, x, ns, *, kmax: int, inclusion: str = "n_over_l_minus_
     return _reduce(parts, printed)
 
   return lax.map(per_head, (weights, top) if common is not None else (weights, x, top))
-
-
-# From this largest N on, the device path selects on the host when the weights are float32
-# NumPy arrays (the step's records as read) and JAX runs on the CPU (:func:`host_top`):
-# XLA's CPU ``lax.top_k`` of k = 101 keys per row (Algorithm 2) took 15 % of a SmolLM2
-# layer's CPU time; below it (Algorithm 1's k = 6) the device top k is cheap.
-HOST_TOP_FROM = 32
-
-
-def host_top(weights, kmax: int, *, blocks: int, window: int = 0):
-  """:func:`layer_top`'s selection order (no ``width``) on the host: for float32 NumPy weights
-  (G, L, L), a tuple over the causal blocks of (G, R_b, min(kmax + 1, hi_b)) int32 indices
-  (:func:`block_top_host`), which is what :func:`_block_top` takes for float32 weights (no
-  float64 tie fallback is needed)."""
-  w = np.asarray(weights)
-  if w.dtype != np.float32:
-    raise ValueError("host_top needs float32 weights (the indices of lax.top_k on them)")
-  L = w.shape[-1]
-  return tuple(block_top_host(w[:, lo:hi, :hi], lo, min(kmax + 1, hi), window)
-               for lo, hi in causal_blocks(L, blocks))
-
-
-def block_top_host(a, lo: int, k: int, window: int = 0):
-  """(G, R, k) int32: the indices of ``lax.top_k`` on the float32 weights a (G, R, C) (NumPy)
-  of the queries lo … lo + R − 1, the keys they cannot see at −inf (:func:`block_visible`'s
-  mask, built with NumPy: no device round trip), by :func:`limits.selection.top_k_rows_host`
-  (tests/test_separability_host_top.py). Shared by Algorithm 2 (:func:`host_top`) and
-  Algorithm 4 (``separability.model._block_top_host``)."""
-  G, R, C = a.shape
-  vis = block_visible(lo, R, C, window, xp=np)                               # (R, C)
-  # weights >= +0 (no negative float but −inf): their int32 bits are already in order, so
-  # the mask writes −inf's bits into them and no second pass orders them
-  s = np.where(vis, np.asarray(a, np.float32).view(np.int32), NEG_INF_BITS)  # (G, R, C)
-  if s.min(initial=NEG_INF_BITS) < NEG_INF_BITS:                             # −0 or < 0
-    return top_k_rows_host(np.where(vis, a, np.float32(-np.inf)).reshape(G * R, C),
-                           k).reshape(G, R, -1)
-  return top_k_ordered(s.reshape(G * R, C), k).reshape(G, R, -1)
-
-
-def _use_host_top(weights, kmax: int) -> bool:
-  """The device path selects on the host (:func:`host_top`): float32 NumPy weights, the CPU
-  backend and kmax >= :data:`HOST_TOP_FROM`."""
-  return (isinstance(weights, np.ndarray) and weights.dtype == np.float32
-          and kmax >= HOST_TOP_FROM and jax.default_backend() == "cpu")
 
 
 def _prepare(weights, x, ns, dtype):
@@ -424,7 +374,7 @@ def _dispatch(weights, x, ns, *, inclusion, bound, dtype, sorted_rows, blocks, p
     kmax = min(max(ns), L)  # exact: no scan shares this compile, lax.top_k's time grows with k
     nb = default_blocks(L) if blocks is None else int(blocks)
     top = None
-    if _use_host_top(weights, kmax):  # before the device arrays: the NumPy rows as they are
+    if use_host_top(weights, kmax):  # before the device arrays: the NumPy rows as they are
       top = jax.device_put(host_top(weights.reshape((-1, L, L)), kmax, blocks=nb,
                                     window=window))
     wj, xj, (B, H, L), compute = _device_arrays(weights, x, dtype)

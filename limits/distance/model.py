@@ -139,7 +139,7 @@ class ModelEvaluator:
     weights in the record's dtype (float32: the layer kernel selects on them exactly and casts
     after, :func:`limits.distance.kernels.layer_kernel`). ``host_weights``: float32 records read
     from the store stay NumPy arrays (the layer kernel then selects Algorithm 2's top keys on
-    the host, :func:`limits.distance.kernels.host_top`, and places the weights itself)."""
+    the host, :func:`limits.distance.host_select.host_top`, and places the weights itself)."""
     from limits import models
 
     emb = _token_embeddings(self.params, tok) if self.vectors == "embedding" else None

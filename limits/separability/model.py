@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from limits.distance.kernels import (block_top_host, block_visible, causal_blocks,
-                                     check_window)
+from limits.distance.block import block_visible, causal_blocks
+from limits.distance.host_select import block_top_host
+from limits.distance.kernels import check_window
 from limits.selection import sort_desc, sort_rows, top_k_rows, visible_window
 from limits.separability.rows import (row_stats,
                                       window_min_pairwise_distance)

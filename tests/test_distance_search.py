@@ -153,7 +153,7 @@ def test_scan_and_search_in_four_blocks_equal_the_one_block_paths(monkeypatch):
     again = ev.ks_pvalues(tok, probe)
     np.testing.assert_allclose(kept, want, rtol=1e-10)
     np.testing.assert_allclose(again, want, rtol=1e-10)
-    means = distance_model.token_means(ev._cached_stats(cache, probe))
+    means = distance_model.token_means(ev._cached_stats(cache, probe, tok.shape[1]))
     for key in ("d_sum", "d_norm", "expected"):
       np.testing.assert_allclose(means[key], np.asarray(distance_model.token_means(full)[key]),
                                  rtol=1e-10, err_msg=key)

@@ -10,7 +10,6 @@ its per-head sums into the CSV and summary rows of the ``distance`` experiment.
 from __future__ import annotations
 
 import functools
-import itertools
 from typing import Sequence
 
 import jax
@@ -243,7 +242,8 @@ class ModelEvaluator:
       cache = (((wts, x, None, win) for wts, x, win in self._layers(tokens[w:w + 1],
                                                                      self.ks_dtype))
                for w in range(tokens.shape[0]))
-    return self._ks_from_stats(self._cached_stats(cache, padded), len(ns), form)
+    return self._ks_from_stats(self._cached_stats(cache, padded, np.shape(tokens)[1]),
+                               len(ns), form)
 
   def _build_cache(self, tokens):
     """[(window, [(weights, x, sorted rows, sliding window) per layer])] in ks_dtype, or None
@@ -259,26 +259,20 @@ class ModelEvaluator:
              for wts, x, win in self._layers(tokens[w:w + 1], self.ks_dtype)]
             for w in range(W)]
 
-  def _cached_stats(self, cache, ns):
+  def _cached_stats(self, cache, ns, L: int):
     """HeadStats of the search's Ns summed over the windows: per layer
     :func:`limits.distance.search.search_stats` (each causal block only for the Ns its rows
-    count; rows sorted here where ``srt`` is None). Two layers at once, as in
-    :meth:`head_stats` (:meth:`_loop`): a layer's host thresholds overlap another's kernel;
-    the parts are taken in layer order."""
+    count; rows sorted here where ``srt`` is None); L the windows' length. Two layers at once,
+    as in :meth:`head_stats` (:meth:`_loop`): a layer's host thresholds overlap another's
+    kernel; the parts are taken in layer order."""
     def one(layer):
       wts, x, srt, win = layer
       return search_stats(wts, x, ns, inclusion=self.inclusion, sorted_rows=srt, window=win)
 
-    total = None
+    loop, total = self._loop(int(L)), None
     for layers in cache:
-      layers = iter(layers)
-      head = next(layers, None)  # (weights (1, H, L, L), x, sorted rows, window)
-      if head is None:
-        continue
       parts = []
-      self._loop(int(np.shape(head[0])[-1]))(
-          itertools.chain([head], layers), one,
-          lambda hs: parts.append(jax.tree.map(lambda v: v[0], hs)))
+      loop(layers, one, lambda hs: parts.append(jax.tree.map(lambda v: v[0], hs)))
       st = concat_heads(parts)
       total = st if total is None else combine(total, st)
     return jax.tree.map(np.asarray, total)

@@ -24,8 +24,9 @@ from limits import normalizers
 SPAN_STEP = 256
 # g(T, ε) (fd_rows) cuts its rows finer: 8 span groups, a causal row at position t costs
 # t + 64 keys on average instead of t + 128 (≈ 10 % fewer float64 exps and random normals at
-# L = 1,024), for 4 more compiled programs (persistent cache) per t_batch size; the same bits
-# (the keys past the span have weight 0 and add exact zeros; tests/test_gradient_fd_span.py).
+# L = 1,024), for 4 more compiled programs (persistent cache) per number of temperatures; the
+# same bits (the keys past the span have weight 0 and add exact zeros;
+# tests/test_gradient_fd_span.py).
 FD_SPAN_STEP = 128
 
 

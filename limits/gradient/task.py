@@ -287,13 +287,25 @@ def run(p: Plan, *, checkpoint: Callable[[dict], None] | None = None,
   (``complete=False``), so an interrupted run can keep its finished temperatures.
   ``units``: a :class:`limits.runs.resume.Units` (unit ``"t_batch"``) holding the batches an
   interrupted run of the same command finished (:func:`resume_units`); they are taken from
-  there, not recomputed. Each batch is independent of the others (its own direction key
-  ``fold_in(k_dir, first index)``), so the results equal an uninterrupted run's.
+  there, not recomputed. A row's direction v for an ε is the same at every temperature (key
+  :func:`direction_key`), so a batch's numbers do not depend on the others, nor on
+  ``t_batch``, and the results equal an uninterrupted run's.
   """
   k_rows, k_sub, k_dir = seeding.streams(p.config.seed, 3)  # limits.runs.seeding: the one rule
   src = load_rows(p, k_rows, k_sub)
   with src.blocks:
     return _run(p, src, k_sub, k_dir, checkpoint, log, units)
+
+
+def direction_key(k_dir):
+  """The key of g(T, ε)'s directions (``sensitivity.fd_rows``): one direction v per (row, ε),
+  shared by every temperature (AMBIG-13: fresh per row, fixed seed), so g does not depend on
+  how the temperatures are batched. ``fold_in(k_dir, 0)`` is the key the first batch of
+  temperatures had when each batch drew its own directions (until the twenty-seventh
+  session), so that batch's g values are unchanged."""
+  import jax
+
+  return jax.random.fold_in(k_dir, 0)
 
 
 # A run's results.json is rewritten after a batch of temperatures at most this often, and
@@ -363,9 +375,8 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
               "how": (f"min({c.fd_rows}, rows of the group) rows per (layer, head)"
                       if groups is not None else f"min({c.fd_rows}, rows) rows")
               + f", uniform without replacement, numpy default_rng({fd_seed}) (from --seed); "
-              f"one direction v per (row, eps, batch of --t_batch={c.t_batch} temperatures), "
-              "shared by the temperatures of a batch (key fold_in(direction key, the batch's "
-              "first temperature index))",
+              "one direction v per (row, eps), shared by every temperature (key "
+              "fold_in(direction key, 0))",
               "exact_rows": len(exact_idx),
               "exact_how": "every row" if len(exact_idx) == R else
               f"{len(exact_idx)} rows uniform without replacement (from --seed)",
@@ -390,7 +401,14 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
   # the rows a block at a time, g(T, eps) only the sample (on the device once).
   fd_l_dev, fd_m_dev = jax.device_put((fd_l, fd_m))
   del fd_l
-  fd_pos = np.arange(fd_idx.size)
+  # g(T, eps) of every temperature still to do, in one call: each row's directions are drawn
+  # once, not once per batch (threefry and the float64 erfinv were half of g's time).
+  todo_t = [i for c0 in todo for i in range(c0, min(len(temps), c0 + c.t_batch))]
+  g_all = sensitivity.fd_rows(norm_fn, fd_l_dev, fd_m_dev, fd_m, np.arange(fd_idx.size),
+                              [temps[i] for i in todo_t], epsilons, direction_key(k_dir),
+                              dtype=dtype) if todo_t else None  # (S, K_todo, E)
+  g_of = {i: j for j, i in enumerate(todo_t)}  # temperature index -> column of g_all
+  del fd_l_dev, fd_m_dev
 
   def screen_stats(c0, k):
     if c0 not in screened:
@@ -429,13 +447,11 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
         emit()
         continue
       stats = screen_stats(c0, len(chunk)) if screen is not None else None  # {name: (K,)}
-      g_all = sensitivity.fd_rows(norm_fn, fd_l_dev, fd_m_dev, fd_m, fd_pos, chunk, epsilons,
-                                  jax.random.fold_in(k_dir, c0), dtype=dtype)  # (S, K, E)
       batch_summaries, batch_rows = [], []
       for j, T in enumerate(chunk):
         s, pr = run_temperature(T, exact_rows, exact_mask, exact_pos, check_pos, epsilons,
                                 name, params, row_ids=exact_idx,
-                                g_vals=g_all[:, j], fd_idx=fd_idx,
+                                g_vals=g_all[:, g_of[c0 + j]], fd_idx=fd_idx,
                                 all_stats=None if stats is None else
                                 {k: v[j] for k, v in stats.items()},
                                 dense=dense, groups=groups, n_groups=src.n_groups,

@@ -353,6 +353,23 @@ def test_span_groups_round_the_span_up_to_the_step_or_a_power_of_two():
   assert sorted(w for _, w in sensitivity.span_groups(m, step=256)) == [256, 512, 700]
 
 
+@pytest.mark.parametrize("L", [1, 7, 8, 9, 63, 700])
+def test_last_visible_is_the_last_true_plus_one(L):
+  """last_visible (packed bits) against the reversed-argmax rule on random masks of every
+  density, with empty rows, rows whose only True is the first or the last key, and L not a
+  multiple of 8."""
+  rng = np.random.default_rng(L)
+  m = np.vstack([rng.random((40, L)) < d for d in (0.02, 0.3, 0.9)])
+  m[::9] = False
+  first, last = np.zeros((2, L), bool), np.zeros((2, L), bool)
+  first[:, 0], last[:, -1] = True, True
+  m = np.vstack([m, first, last])
+  want = np.where(m.any(-1), L - np.argmax(m[:, ::-1], axis=-1), 0)
+  got = sensitivity.last_visible(m)
+  np.testing.assert_array_equal(got, want)
+  assert got[-1] == L and got[-3] == 1 and got[0] == 0
+
+
 def test_counterexample_closed_form_and_its_numeric_check():
   with jax.enable_x64(True):
     for T in (1e-3, 0.3, 50.0):

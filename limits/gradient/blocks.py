@@ -70,7 +70,8 @@ class RowBlocks:
         for start, block, vis in kept_blocks:
           yield start, block, _head_mask(vis, block.shape[0])
         return
-      for start, block, vis in sources.iter_logit_blocks(model, tokens, kept, store=store):
+      for start, block, vis in sources.iter_logit_blocks(model, tokens, kept, store=store,
+                                                         zero_masked=False):
         if keep:
           kept_blocks.append((start, block, vis))
         yield start, block, _head_mask(vis, block.shape[0])
@@ -80,12 +81,14 @@ class RowBlocks:
     return out
 
   def blocks(self):
-    """A new pass: ``(start, rows (n, L), mask (n, L))`` NumPy, for consecutive row ranges."""
+    """A new pass: ``(start, rows (n, L), mask (n, L))`` NumPy, for consecutive row ranges.
+    A model's rows are its raw scores, read-only, with the masked entries as the forward left
+    them (finite q·k): every user masks (the gathered rows of :meth:`gather` have them 0)."""
     return self._passes()
 
   def gather(self, *indices):
     """One pass: the largest |visible logit| and, per sorted index array (X,), its rows
-    (X, L) and mask (X, L) (NumPy, the rows' dtype). :meth:`gatherer` does the same inside
+    (X, L) (masked entries 0) and mask (X, L) (NumPy, the rows' dtype). :meth:`gatherer` does the same inside
     another pass (the screen's)."""
     g = self.gatherer(*indices)
     for start, rows, mask in self.blocks():
@@ -130,6 +133,7 @@ class Gatherer:
     for ix, (r, m) in zip(self.indices, self.out):
       a, b = np.searchsorted(ix, start), np.searchsorted(ix, stop)
       r[a:b], m[a:b] = rows[ix[a:b] - start], mask[ix[a:b] - start]
+      r[a:b][~m[a:b]] = 0  # masked entries 0, whatever the block holds there
     self.seen = stop
 
   def result(self):

@@ -118,6 +118,30 @@ def test_float32_bracket_with_margin_brackets_the_float64_eigenvalue():
     assert bare_misses > 0
 
 
+def test_float32_rows_give_the_bracket_and_range_of_their_float64_cast():
+  """A model's float32 rows go into the screen as they are (row facts in float32): the
+  bracket, the secular test's inputs and Lemma 2's range r are bit for bit those of the same
+  rows cast to float64 first. The rows span 1e-3 to 1e5, so a range r = top − smallest taken
+  in float32 would round (red when r is not taken in float64)."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(3)
+    scale = 10.0 ** rng.uniform(-3, 5, (64, 1))
+    l32 = (rng.standard_normal((64, 96)) * scale).astype(np.float32)
+    m = rng.random((64, 96)) < 0.8
+    m[:, 0] = True
+    m[5], m[6, 1:] = False, False  # a row with nothing visible, one with a single key
+    T = jnp.asarray(TS)
+    got = gradient_screen._screen_chunk(jnp.asarray(l32), jnp.asarray(m), T, dtype=jnp.float64)
+    want = gradient_screen._screen_chunk(jnp.asarray(l32.astype(np.float64)), jnp.asarray(m),
+                                         T, dtype=jnp.float64)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+      assert g.dtype == w.dtype
+      np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    r = np.asarray(got[3][0])
+    assert r.dtype == np.float64
+    assert np.any(r != r.astype(np.float32))  # r needs float64 here
+
+
 def _secular(a, b, q, theta, delta):
   with jax.enable_x64(True):
     below, above = gradient_screen.secular_decide(*(jnp.asarray(np.asarray(x, np.float64))

@@ -42,9 +42,11 @@ _T_MIN, _T_MAX = 2.0 ** -100, 2.0 ** 100  # temperatures the float32 screen acce
 # ----------------------------------------------------------------------------- per group
 
 
-def _row_facts(l, m):
+def _row_facts(l, m, r_dtype=None):
   """Per row (B,): arg-max index, top logit, top logit among the other keys (−inf if none),
-  visible range r (0 if fewer than one visible key) and count n. l, m (B, w)."""
+  visible range r (0 if fewer than one visible key) and count n. l, m (B, w). The maxima
+  and minimum are exact in l's dtype; r = top − smallest is taken in ``r_dtype`` (default
+  l's): float32 rows give float64 r bit for bit as rows cast to float64 first."""
   import jax.numpy as jnp
 
   neg = jnp.asarray(-jnp.inf, l.dtype)
@@ -55,20 +57,23 @@ def _row_facts(l, m):
   others = m & (jnp.arange(l.shape[-1]) != i1[:, None])
   l2 = jnp.max(jnp.where(others, l, neg), axis=-1)
   lmin = jnp.min(jnp.where(m, l, jnp.inf), axis=-1)
-  r = l1 - lmin
+  rd = l.dtype if r_dtype is None else r_dtype
+  r = l1.astype(rd) - lmin.astype(rd)
   return i1, l1, l2, others, jnp.where(jnp.isfinite(r), r, 0), n
 
 
 def _screen_chunk(l, m, T, *, dtype):
-  """The float32 bracket for a chunk: l, m (B, w); T (K,) in ``dtype``. Returns λ₀, λ¹ (B, K)
-  float32 (NaN where the screen cannot be trusted), the secular test's inputs (α₁, α₂, q)
-  (B, K) float32 each (:func:`secular_decide`; q = Σ_{i≠(1)} α_i², one more multiply-add per
-  key) and the row facts (r, n) of Lemma 2's bound (:func:`lemma2`): the visible range (B,)
+  """The float32 bracket for a chunk: l, m (B, w) (l in ``dtype``, or float32: a model's
+  rows, whose differences l − l₁ are then rounded once in float32, as before from their
+  exact float64 difference, and whose row facts cost half as much); T (K,) in ``dtype``.
+  Returns λ₀, λ¹ (B, K) float32 (NaN where the screen cannot be trusted), the secular
+  test's inputs (α₁, α₂, q) (B, K) float32 each (:func:`secular_decide`; q = Σ_{i≠(1)} α_i²,
+  one more multiply-add per key) and the row facts (r, n) of Lemma 2's bound (:func:`lemma2`): the visible range (B,)
   in ``dtype`` and the visible count (B,)."""
   import jax.numpy as jnp
 
   f32 = jnp.float32
-  _, l1, l2, others, r, n = _row_facts(l, m)
+  _, l1, l2, others, r, n = _row_facts(l, m, dtype)
   T32 = T.astype(f32)
   inv = (1 / T).astype(f32)  # (K,) 1/T rounded once: d·(1/T) has the 3u error of d/T
   d = jnp.where(others, l - l1[:, None], 0).astype(f32)  # (B, w) <= 0, rounded once
@@ -100,8 +105,12 @@ def lemma2(r, n, T):
 
 
 def _gather(rows, mask, idx, width, dtype):
-  """Rows ``idx`` cut to their first ``width`` keys, cast to ``dtype``: (B, w), (B, w)."""
-  return rows[idx, :width].astype(dtype), mask[idx, :width]
+  """Rows ``idx`` cut to their first ``width`` keys, cast to ``dtype`` unless they are
+  float32 (kept: :func:`_screen_chunk` rounds to float32 anyway): (B, w), (B, w)."""
+  import jax.numpy as jnp
+
+  l = rows[idx, :width]
+  return (l if l.dtype == jnp.float32 else l.astype(dtype)), mask[idx, :width]
 
 
 @functools.lru_cache(maxsize=None)

@@ -72,8 +72,8 @@ class RowBlocks:
         return
       for start, block, vis in sources.iter_logit_blocks(model, tokens, kept, store=store,
                                                          zero_masked=False):
-        if keep:
-          kept_blocks.append((start, block, vis))
+        if keep:  # a copy: the block is a view of the layer's record (its whole array)
+          kept_blocks.append((start, np.array(block), vis))
         yield start, block, _head_mask(vis, block.shape[0])
 
     out = cls(n_rows, length, np.float32, passes, stack.close)

@@ -83,13 +83,13 @@ class RowBlocks:
   def blocks(self):
     """A new pass: ``(start, rows (n, L), mask (n, L))`` NumPy, for consecutive row ranges.
     A model's rows are its raw scores, read-only, with the masked entries as the forward left
-    them (finite q·k): every user masks (the gathered rows of :meth:`gather` have them 0)."""
+    them: every user masks (the gathered rows of :meth:`gather` have them 0)."""
     return self._passes()
 
   def gather(self, *indices):
     """One pass: the largest |visible logit| and, per sorted index array (X,), its rows
-    (X, L) (masked entries 0) and mask (X, L) (NumPy, the rows' dtype). :meth:`gatherer` does the same inside
-    another pass (the screen's)."""
+    (X, L) (masked entries 0) and mask (X, L) (NumPy, the rows' dtype). :meth:`gatherer`
+    does the same inside another pass (the screen's)."""
     g = self.gatherer(*indices)
     for start, rows, mask in self.blocks():
       g.add(start, rows, mask)

@@ -68,8 +68,8 @@ def _screen_chunk(l, m, T, *, dtype):
   exact float64 difference, and whose row facts cost half as much); T (K,) in ``dtype``.
   Returns λ₀, λ¹ (B, K) float32 (NaN where the screen cannot be trusted), the secular
   test's inputs (α₁, α₂, q) (B, K) float32 each (:func:`secular_decide`; q = Σ_{i≠(1)} α_i²,
-  one more multiply-add per key) and the row facts (r, n) of Lemma 2's bound (:func:`lemma2`): the visible range (B,)
-  in ``dtype`` and the visible count (B,)."""
+  one more multiply-add per key) and the row facts (r, n) of Lemma 2's bound
+  (:func:`lemma2`): the visible range (B,) in ``dtype`` and the visible count (B,)."""
   import jax.numpy as jnp
 
   f32 = jnp.float32

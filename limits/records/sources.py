@@ -333,8 +333,8 @@ def iter_logit_blocks(model: Model, tokens: np.ndarray, layers=None, *, store=No
   ``start : start + H·L`` (masked entries 0), ``vis`` bool ``(L, L)`` the layer's mask (the
   same for every head: causal, and the sliding window in a local layer). One layer's scores
   at a time (``limits.records.iter_layers``; ``store`` as there, None: the environment's).
-  ``zero_masked=False``: the layer's scores as they are, read-only (the raw q·k of the masked
-  entries too, finite), without the zeroing copy (the gradient screen masks every entry it
+  ``zero_masked=False``: the layer's scores as the forward left them, masked entries
+  included, read-only, without the zeroing copy (the gradient screen masks every entry it
   reads: 37.7 MB a SmolLM2 layer, 3.4 s of its step at paper settings)."""
   from limits import models, numerics, records
 

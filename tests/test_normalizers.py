@@ -317,3 +317,35 @@ def test_broadcastable_masks_still_work():
   for r in range(2):
     np.testing.assert_allclose(out[r, row_mask], scipy.special.softmax(x[r, row_mask]),
                                rtol=1e-6)
+
+
+def test_get_is_equal_by_name_and_params_so_compiled_kernels_are_shared():
+  """Two ``get`` of the same normalizer are equal with equal hashes (the library's kernels are
+  cached by their normalizer: jit static arguments, lru_cache), different parameters are not,
+  and an unhashable parameter makes it equal only to itself. The behaviour that needs it: a
+  second g(T, ε) call with a fresh ``get`` reuses the first call's compiled program (a fresh
+  closure per ``get`` compiled it again: 5 s a call at 1,024 rows × 26 T)."""
+  import jax
+
+  from limits.gradient import sensitivity
+
+  a, b = N.get("softmax"), N.get("softmax")
+  assert a == b and hash(a) == hash(b) and a is not b
+  assert N.get("entmax", alpha=1.5) == N.get("entmax", alpha=1.5)
+  assert N.get("entmax", alpha=1.5) != N.get("entmax", alpha=2.0)
+  assert N.get("softmax") != N.get("sparsemax")
+  t = np.array([1.0, 2.0])
+  c, d = N.get("softmax", temperature=t), N.get("softmax", temperature=t)
+  assert c == c and c != d
+  rows = np.random.default_rng(0).standard_normal((3, 40))
+  mask = np.ones(rows.shape, bool)
+  before = sensitivity._fd_group_fn.cache_info()
+  g1 = sensitivity.fd_batch(N.get("ssmax", s=0.7), rows, mask, [0.5], [0.1],
+                            jax.random.key(0))
+  mid = sensitivity._fd_group_fn.cache_info()
+  g2 = sensitivity.fd_batch(N.get("ssmax", s=0.7), rows, mask, [0.5], [0.1],
+                            jax.random.key(0))
+  after = sensitivity._fd_group_fn.cache_info()
+  assert mid.misses > before.misses  # the first call built its program
+  assert after.misses == mid.misses and after.hits > mid.hits  # the second reused it
+  np.testing.assert_array_equal(g1, g2)

@@ -339,13 +339,14 @@ def test_get_is_equal_by_name_and_params_so_compiled_kernels_are_shared():
   assert c == c and c != d
   rows = np.random.default_rng(0).standard_normal((3, 40))
   mask = np.ones(rows.shape, bool)
-  before = sensitivity._fd_group_fn.cache_info()
-  g1 = sensitivity.fd_batch(N.get("ssmax", s=0.7), rows, mask, [0.5], [0.1],
-                            jax.random.key(0))
-  mid = sensitivity._fd_group_fn.cache_info()
-  g2 = sensitivity.fd_batch(N.get("ssmax", s=0.7), rows, mask, [0.5], [0.1],
-                            jax.random.key(0))
-  after = sensitivity._fd_group_fn.cache_info()
+  with jax.enable_x64(True):  # the rows are float64
+    before = sensitivity._fd_group_fn.cache_info()
+    g1 = sensitivity.fd_batch(N.get("ssmax", s=0.7), rows, mask, [0.5], [0.1],
+                              jax.random.key(0))
+    mid = sensitivity._fd_group_fn.cache_info()
+    g2 = sensitivity.fd_batch(N.get("ssmax", s=0.7), rows, mask, [0.5], [0.1],
+                              jax.random.key(0))
+    after = sensitivity._fd_group_fn.cache_info()
   assert mid.misses > before.misses  # the first call built its program
   assert after.misses == mid.misses and after.hits > mid.hits  # the second reused it
   np.testing.assert_array_equal(g1, g2)

@@ -117,9 +117,9 @@ def span_groups(mask, min_width: int = 128, step: int | None = None):
   L = m.shape[-1]
   last = np.maximum(last_visible(m), 1)  # (R,) a row with nothing visible counts as span 1
   if step is not None:
-    up = -(-np.maximum(last, 1) // step) * step
+    up = -(-last // step) * step
   else:
-    up = 2 ** np.ceil(np.log2(np.maximum(last, 1)))
+    up = 2 ** np.ceil(np.log2(last))
   width = np.minimum(L, np.maximum(min_width, up))
   width = width.astype(int)
   return [(np.nonzero(width == w)[0], int(w)) for w in np.unique(width)]

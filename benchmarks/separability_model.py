@@ -11,6 +11,7 @@ Both run in float64 on the float32 records, as the reproduction's step does (``-
   python -m benchmarks.separability_model --model=smollm2 --layer=15 --pairs=5
   python -m benchmarks.separability_model --model=synthetic --length=512
   python -m benchmarks.separability_model --model=smollm2 --layer=18 --pairs=0 --check_decisions
+  python -m benchmarks.separability_model --model=smollm2 --vectors=hidden --before=HEAD
 
 ``--check_decisions``: for every (head, N) whose N_s/N sums differ between before and after,
 the sum recomputed in long double (NumPy's 80-bit float on x86) by the plain loop, with
@@ -48,8 +49,11 @@ def load_before(rev: str):
   return mod
 
 
-def inputs(model_name: str, length: int, layer: int):
-  """(weights (H, L, L), v (H, L, d)) float32 NumPy arrays of one layer."""
+def inputs(model_name: str, length: int, layer: int, vectors: str = "value"):
+  """(weights (H, L, L), v (H, L, d)) float32 NumPy arrays of one layer; ``vectors`` the
+  AMBIG-7 reading (value, key, or hidden: the residual stream (L, D) repeated for every head,
+  (L, D) as the step passes it, shared by every head; L >= D here, so no row-space
+  reduction)."""
   import numpy as np
 
   if model_name == "synthetic":
@@ -63,11 +67,16 @@ def inputs(model_name: str, length: int, layer: int):
   from limits import records
   from limits.records import sources
 
+  from limits.distance.model import record_fields, record_vectors
+
   model = sources.load_model(model_name)
   tokens = sources.corpus_windows(model, length, 1)
-  for i, rec in records.iter_layers(model, tokens[0:1], fields=("weights", "v")):
+  for i, rec in records.iter_layers(model, tokens[0:1], fields=record_fields(vectors)):
     if i == layer:
-      return np.array(rec.weights[0]), np.array(rec.v[0])
+      w, x = np.array(rec.weights[0]), np.array(record_vectors(rec, vectors)[0])
+      if x.ndim == 2 and x.shape[0] < x.shape[1]:
+        raise SystemExit(f"--vectors=hidden needs --length >= {x.shape[1]} (no row space here)")
+      return w, x
   raise SystemExit(f"--layer={layer}: the model has fewer layers")
 
 
@@ -76,7 +85,7 @@ def long_double_fraction_sum(w, v, h: int, n: int, M: float = 1.0) -> float:
   docstring); w (H, L, L), v (H, L, d) float32 records."""
   import numpy as np
 
-  x = v[h].astype(np.longdouble)
+  x = (v[h] if v.ndim == 3 else v).astype(np.longdouble)  # (L, D): shared by the heads
   x = M * x / np.sqrt((x * x).sum(1, keepdims=True))
   tot = 0.0
   for q in range(n, w.shape[1]):
@@ -98,6 +107,8 @@ def main(argv=None) -> None:
   p.add_argument("--before", default="13a01df")
   p.add_argument("--blocks", type=int, default=None, help="after: causal query blocks")
   p.add_argument("--n_values", default="1,2,4,8,16,32,64,128")
+  p.add_argument("--vectors", default="value", choices=("value", "key", "hidden"),
+                 help="AMBIG-7 reading of x_i (a model's records only)")
   p.add_argument("--check_decisions", action="store_true",
                  help="long-double N_s/N sums where before and after differ")
   a = p.parse_args(argv)
@@ -112,15 +123,18 @@ def main(argv=None) -> None:
 
   before = load_before(a.before)
   ns = [int(n) for n in a.n_values.split(",")]
-  w, v = inputs(a.model, a.length, a.layer)
+  w, v = inputs(a.model, a.length, a.layer, a.vectors)
   wj, vj = jnp.asarray(w), jnp.asarray(v)
+  # before: (H, L, d) for every revision (a shared (L, D) is repeated per head, as the step
+  # passed it before layer_sums took it once)
+  vb = vj if vj.ndim == 3 else jnp.broadcast_to(vj[None], (w.shape[0],) + vj.shape)
 
   def run_before():  # the base step: float32 records cast inside the kernel (13a01df on),
     try:             # or (older revisions) a host cast to float64, then the kernel
-      return np.asarray(before.layer_sums(wj, vj, ns, 1.0, dtype=jnp.float64))
+      return np.asarray(before.layer_sums(wj, vb, ns, 1.0, dtype=jnp.float64))
     except TypeError:
       return np.asarray(before.layer_sums(jnp.asarray(w, jnp.float64),
-                                          jnp.asarray(v, jnp.float64), ns, 1.0))
+                                          jnp.asarray(vb, jnp.float64), ns, 1.0))
 
   def run_after():
     return np.asarray(after.layer_sums(wj, vj, ns, 1.0, dtype=jnp.float64, blocks=a.blocks))

@@ -339,17 +339,22 @@ def _layer_kernel(weights, v, M, tops=None, *, ns: tuple, rule: str, blocks: int
     tops = tuple(_block_top(weights[:, lo:hi, :hi], lo, ns=ns, window=window) if block_top
                  else None for lo, hi in spans)             # each (H, rows, k)
 
-  def head(args):
-    w, vh, top = args
-    # w stays in the records' dtype: _block_sums selects on it and casts to dt (exact)
+  def on_sphere(vh):
     x = normalize_to_sphere(vh.astype(dt), M)                # (L, d)
     delta = window_min_pairwise_distance(x, window)          # (L,) delta of each query's keys
-    dl = jnp.where(jnp.isfinite(delta), delta, 0)
+    return x, jnp.where(jnp.isfinite(delta), delta, 0)
+
+  def sums(w, x, dl, top):
+    # w stays in the records' dtype: _block_sums selects on it and casts to dt (exact)
     return sum(_block_sums(w[lo:hi, :hi], x[:hi], dl[lo:hi], M, lo, ns=ns, rule=rule,
                            window=window, idx=idx)
                for (lo, hi), idx in zip(spans, top))
 
-  return jax.lax.map(head, (weights, v, tops))
+  if v.ndim == 2:  # one (L, d) for every head (the residual stream): projected and its
+    x, dl = on_sphere(v)  # deltas (an (L, L) Gram of d = 576 for SmolLM2) computed once
+    return jax.lax.map(lambda args: sums(args[0], x, dl, args[1]), (weights, tops))
+  return jax.lax.map(lambda args: sums(args[0], *on_sphere(args[1]), args[2]),
+                     (weights, v, tops))
 
 
 def _block_host_tops(weights, ns: tuple, blocks: int, window: int):
@@ -365,8 +370,9 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
   """Sums for every head of one layer and every n: (H, K, F), on the device.
 
   Args:
-    weights: (H, L, L) causal attention rows; v: (H, L, d) value vectors (projected onto
-      S^{d-1}(M) here); ns: (K,) top-N values (a sequence, NumPy or JAX array; its maximum
+    weights: (H, L, L) causal attention rows; v: (H, L, d) value vectors, or (L, d) vectors
+      shared by every head (the residual stream: projected and its deltas taken once), each
+      projected onto S^{d-1}(M) here; ns: (K,) top-N values (a sequence, NumPy or JAX array; its maximum
       fixes the static top-k size); M: radius.
     sorted_rows: accepted for compatibility and unused (selection is ``lax.top_k`` on the
       device).

@@ -277,8 +277,7 @@ def run_model(config: SeparabilityConfig, out_dir, ns) -> None:
         weights = np.asarray(rec.weights[0])
         x = jnp.asarray(record_vectors(rec, c.vectors)[0])
         if x.ndim == 2:  # hidden: (L, D) shared by the heads, in its own span when L < D
-          x = row_space(x)
-          x = jnp.broadcast_to(x[None], (H,) + x.shape)
+          x = row_space(x)  # (layer_sums projects it and takes its deltas once)
         window = int(rec.window or 0)  # sliding window of a local layer (Gemma 3), else 0
         return layer, separability_model.layer_sums(                   # top k on the host
             weights, x, ns, c.radius, rule=c.rule, window=window, dtype=dtype)

@@ -231,6 +231,34 @@ def test_rows_are_read_once_and_give_the_numbers_of_two_passes(model, tmp_path, 
   assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
 
 
+@pytest.mark.parametrize("tapped", [True, False])
+def test_an_infinite_logit_fails_the_temperature_check_on_either_path(model, tmp_path,
+                                                                      monkeypatch, tapped):
+  """The largest |visible logit| that check_temperature_range reads comes from the screen's
+  pass when the screen feeds the gatherer (``_float32_rows_fit``), from the gatherer's host
+  pass otherwise: an infinite visible logit in one block fails the run with the one-line
+  error on both paths (a run that read the gatherer's unset maximum on the screen's path
+  would pass the check with NaN)."""
+  from limits.errors import LimitsError
+
+  monkeypatch.setenv("LIMITS_RECORDS_DIR", str(tmp_path / "records"))
+  real = gradient_blocks.RowBlocks.blocks
+
+  def blocks(self):
+    for i, (start, rows, mask) in enumerate(real(self)):
+      if i == 1:
+        rows = np.array(rows)
+        rows[3, 0] = np.inf  # key 0 is visible to every query
+      yield start, rows, mask
+
+  monkeypatch.setattr(gradient_blocks.RowBlocks, "blocks", blocks)
+  if not tapped:
+    monkeypatch.setattr(gradient, "_float32_rows_fit", lambda *a: False)
+  config = dataclasses.replace(_config(64, 1, temperatures="0.5,2"), rows=8, fd_rows=4)
+  with jax.enable_x64(True), pytest.raises(LimitsError, match="max \\|logit\\| = inf"):
+    _run(config)
+
+
 def test_gatherer_refuses_a_pass_out_of_order_or_cut_short():
   rows = np.arange(12.0).reshape(4, 3)
   blk = gradient_blocks.RowBlocks.from_arrays(rows, np.ones(rows.shape, bool))

@@ -584,3 +584,73 @@ def test_one_screen_pass_for_all_batches_equals_one_per_batch(monkeypatch):
   assert out[1 << 30] == out[0]
   assert [row[-1] for row in out[0]] == [0.01, 0.3, 1.0, 4.0, 30.0]
   assert len({tuple(row[:3]) for row in out[0]}) > 1  # the counts differ between T
+
+
+def _abs_max_rows(seed=11, R=300, L=70):
+  """float32 rows streamed in 3 blocks: random masks (causal-like spans and holes), a row with
+  nothing visible, and the largest |visible entry| a negative one (−lmin wins over l₁) hidden
+  behind a larger masked entry."""
+  rng = np.random.default_rng(seed)
+  l = (rng.normal(size=(R, L)) * 5).astype(np.float32)
+  m = rng.random((R, L)) < 0.7
+  m[:, 0] = m[:, -1] = True  # one span group: the NaN row below shares its group and chunk
+  m[7] = False                                              # nothing visible
+  l[123, 5], m[123, 5] = np.float32(-77.25), True           # the answer: |−77.25|
+  l[123, 6], m[123, 6] = np.float32(500.0), False           # larger, but masked
+  return l, m
+
+
+def _stream(l, m, cuts):
+  from limits.gradient.blocks import RowBlocks
+
+  return RowBlocks(l.shape[0], l.shape[1], l.dtype,
+                   lambda: iter([(a, l[a:b], m[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]))
+
+
+def test_screen_pass_takes_the_gatherers_largest_visible_logit():
+  """The screen's pass gives the largest |visible logit| (``Screen.big``, what the task's
+  check_temperature_range reads when the screen feeds the gatherer) equal to the gatherer's own
+  host rule (blocks._chunk_big) on finite rows, bit for bit; +inf or −inf visible gives inf (so
+  the check still fails); a visible NaN is left out alone (the host rule skips its whole chunk
+  of 8,192 rows, and with it the other entries' maximum)."""
+  l, m = _abs_max_rows()
+  cuts = [0, 100, 230, l.shape[0]]
+  with jax.enable_x64(True):
+    def screen_big(l, m):
+      s = gradient_screen.Screen(_stream(l, m, cuts), None, np.float64, 1e-14)
+      s.stats(np.asarray([0.1, 1.0]))
+      return s.big
+
+    def host_big(l, m):
+      g = _stream(l, m, cuts).gatherer(np.arange(3), big=True)
+      for a, b in zip(cuts[:-1], cuts[1:]):
+        g.add(a, l[a:b], m[a:b])
+      return g.result()[0]
+
+    assert host_big(l, m) == 77.25
+    assert screen_big(l, m) == 77.25
+    for value in (np.inf, -np.inf):
+      li = l.copy()
+      li[200, 3], m[200, 3] = value, True
+      assert host_big(li, m) == screen_big(li, m) == np.inf
+    ln = l.copy()
+    ln[40, 2], m[40, 2] = np.nan, True
+    ln[40, 4], m[40, 4] = np.float32(-90.5), True  # in the NaN's row (block rows 0-99)
+    assert screen_big(ln, m) == 90.5    # the NaN alone left out
+    assert host_big(ln, m) == 77.25     # the host rule skips the NaN's whole chunk
+
+
+def test_gatherer_without_big_leaves_it_nan_and_gathers_the_same_rows():
+  l, m = _abs_max_rows()
+  cuts = [0, 100, 230, l.shape[0]]
+  idx = np.array([3, 7, 123, 299])
+  out = []
+  for big in (True, False):
+    g = _stream(l, m, cuts).gatherer(idx, big=big)
+    for a, b in zip(cuts[:-1], cuts[1:]):
+      g.add(a, l[a:b], m[a:b])
+    out.append(g.result())
+  assert out[0][0] == 77.25 and math.isnan(out[1][0])
+  for (r0, m0), (r1, m1) in zip(out[0][1], out[1][1]):
+    np.testing.assert_array_equal(r0, r1)
+    np.testing.assert_array_equal(m0, m1)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 
+import math
+
 import numpy as np
 
 MEMORY_BYTES = 1 << 30  # model rows up to this size stay in memory after the first pass
@@ -95,9 +97,11 @@ class RowBlocks:
       g.add(start, rows, mask)
     return g.result()
 
-  def gatherer(self, *indices) -> "Gatherer":
-    """A :class:`Gatherer` of ``indices`` for these rows: feed it every block of one pass."""
-    return Gatherer(self.n_rows, self.length, self.dtype, indices)
+  def gatherer(self, *indices, big: bool = True) -> "Gatherer":
+    """A :class:`Gatherer` of ``indices`` for these rows: feed it every block of one pass.
+    ``big=False``: it does not take the largest |visible entry| (the pass that feeds it takes
+    it: the gradient screen's, from its row facts on the device); its ``big`` stays NaN."""
+    return Gatherer(self.n_rows, self.length, self.dtype, indices, big=big)
 
   def close(self) -> None:
     if self._close is not None:
@@ -114,11 +118,13 @@ class RowBlocks:
 class Gatherer:
   """What :meth:`RowBlocks.gather` collects, block by block: ``add(start, rows, mask)`` for
   each block of a pass (in any pass over the rows, e.g. the gradient screen's, so the step
-  reads its rows once), then :meth:`result` ``(big, [(rows (X, L), mask (X, L)), ...])``."""
+  reads its rows once), then :meth:`result` ``(big, [(rows (X, L), mask (X, L)), ...])``;
+  ``big`` NaN when built with ``big=False``."""
 
-  def __init__(self, n_rows, length, dtype, indices):
+  def __init__(self, n_rows, length, dtype, indices, big: bool = True):
     self.n_rows = int(n_rows)
-    self.big = 0.0
+    self.track_big = bool(big)
+    self.big = 0.0 if big else math.nan
     self.indices = [np.asarray(ix) for ix in indices]
     self.out = [(np.zeros((len(ix), length), dtype), np.zeros((len(ix), length), bool))
                 for ix in self.indices]
@@ -128,7 +134,8 @@ class Gatherer:
     if start != self.seen:
       raise ValueError(f"blocks out of order: row {start} after {self.seen} rows")
     stop = start + rows.shape[0]
-    for lo in range(0, rows.shape[0], 8192):  # row chunks, as before (a NaN skips its chunk)
+    # row chunks, as before (a NaN skips its chunk)
+    for lo in range(0, rows.shape[0] if self.track_big else 0, 8192):
       self.big = max(self.big, _chunk_big(rows[lo:lo + 8192], mask[lo:lo + 8192]))
     for ix, (r, m) in zip(self.indices, self.out):
       a, b = np.searchsorted(ix, start), np.searchsorted(ix, stop)

@@ -27,6 +27,7 @@ each group is one jitted call that walks the rows in chunks of ≈ 2¹⁸ (row, 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -113,13 +114,28 @@ def _gather(rows, mask, idx, width, dtype):
   return (l if l.dtype == jnp.float32 else l.astype(dtype)), mask[idx, :width]
 
 
+def visible_abs_max(l, m):
+  """The largest |visible entry| of rows l, m (B, w) (a scalar in l's dtype) from each row's
+  visible maximum and minimum, for ``check_temperature_range``: NaN entries are left out
+  (masked before the reductions: XLA's CPU max and min do not order NaN, so NaN is not left
+  to them), ±inf gives inf, −inf when nothing is visible. Padding that repeats a row changes
+  nothing."""
+  import jax.numpy as jnp
+
+  ok = m & ~jnp.isnan(l)
+  hi = jnp.max(jnp.where(ok, l, -jnp.inf), axis=-1)
+  lo = jnp.min(jnp.where(ok, l, jnp.inf), axis=-1)
+  return jnp.max(jnp.maximum(hi, -lo))
+
+
 @functools.lru_cache(maxsize=None)
 def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
   """jit: (rows (R, L), mask (R, L), idx (C·B,), T (K,)) → one span group's λ₀/T and λ¹/T
   widened by the margin (N, K) (NaN where the bracket is not finite), the secular test's
   float32 (α₁, α₂, q) stacked (N, 3, K) (NaN there too), its rows' visible range
-  r and count (N,) (Lemma 2's bound: :func:`lemma2`) and the largest λ₀/T per T (K,). The
-  first ``n`` of the N = C·B positions are rows; the rest is padding."""
+  r and count (N,) (Lemma 2's bound: :func:`lemma2`), the largest λ₀/T per T (K,) and the
+  largest |visible logit| of its rows (:func:`visible_abs_max`). The first ``n`` of the
+  N = C·B positions are rows; the rest is padding (repeats of the first row)."""
   import jax
   import jax.numpy as jnp
   from jax import lax
@@ -130,9 +146,9 @@ def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
   def fn(rows, mask, idx, T):
     def one(ix):
       l, m = _gather(rows, mask, ix, width, dtype)
-      return _screen_chunk(l, m, T, dtype=dtype)
+      return _screen_chunk(l, m, T, dtype=dtype), visible_abs_max(l, m)
 
-    lo, hi, abq, (r, cnt) = lax.map(one, idx.reshape(-1, chunk))
+    (lo, hi, abq, (r, cnt)), big = lax.map(one, idx.reshape(-1, chunk))
     lo, hi, r, cnt = (o.reshape((-1,) + o.shape[2:]) for o in (lo, hi, r, cnt))
     abq = tuple(o.reshape((-1,) + o.shape[2:]) for o in abq)
     lo_n = (lo.astype(dtype) * (1 - delta) - ABS_SLACK) / T  # (N, K), norm units
@@ -142,7 +158,8 @@ def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
     max_lo = jnp.max(jnp.where(live & valid, lo_n, -jnp.inf), axis=0)  # (K,)
     nan = jnp.asarray(jnp.nan, dtype)
     abq = jnp.stack([jnp.where(valid, o, jnp.nan) for o in abq], axis=1)  # (N, 3, K) f32
-    return jnp.where(valid, lo_n, nan), jnp.where(valid, hi_n, nan), abq, r, cnt, max_lo
+    return (jnp.where(valid, lo_n, nan), jnp.where(valid, hi_n, nan), abq, r, cnt, max_lo,
+            jnp.max(big))
 
   return jax.jit(fn)
 
@@ -327,7 +344,11 @@ class Screen:
   tolerance of every comparison. Blocks give the same numbers as one (R, L) array: every
   per-row value is computed by the same jitted code on the same (chunk, w) slices, the
   maxima and counts do not depend on the order, and Newton's chunks are the same pairs.
+  After :meth:`stats`, ``big`` is the largest |visible logit| its pass read (NaN entries
+  left out; 0 when nothing is visible), for the task's ``check_temperature_range``.
   """
+
+  big = math.nan  # set by each pass over the rows (_bracket_pass)
 
   def __init__(self, rows, mask, dtype, rtol: float, *, block_elems: int = BLOCK_ELEMS,
                max_iters: int = 60):
@@ -370,6 +391,7 @@ class Screen:
     kept: dict | None = {}  # w -> [(global rows (m,), rows (m, w) f32, mask (m, w))]
     kept_bytes = 0
     max_lo = np.full(K, -np.inf, dt)
+    big = 0.0  # the largest |visible logit| (the Gatherer's start value)
     for start, rows, mask in self.source.blocks():
       if tap is not None:
         tap(start, rows, mask)
@@ -381,7 +403,9 @@ class Screen:
                                                             self._padded(idx, chunk), Td)
         part = tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:5])
         parts.setdefault(w, []).append((start + idx,) + part)
-        max_lo = np.maximum(max_lo, np.asarray(jax.device_get(out[5])))
+        group_lo, group_big = jax.device_get((out[5], out[6]))
+        max_lo = np.maximum(max_lo, np.asarray(group_lo))
+        big = max(big, float(group_big))
         if w not in first:
           first[w] = (np.asarray(rows[idx[0], :w]), host_mask[idx[0], :w])
         if kept is not None:
@@ -394,6 +418,7 @@ class Screen:
             kept.setdefault(w, []).append((start + sel, np.asarray(rows[sel, :w]),
                                            host_mask[sel, :w]))
       del rows_d, mask_d
+    self.big = big
     groups = {w: parts[w] for w in sorted(parts)}  # not concatenated: half the peak memory
     if kept is not None:
       kept = {w: tuple(np.concatenate([q[i] for q in v]) for i in range(3))

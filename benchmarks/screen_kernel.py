@@ -1,0 +1,167 @@
+r"""The gradient screen's kernel on one (window, layer) block, and how many of its exps count.
+
+  python -m benchmarks.screen_kernel --model=smollm2 --layer=15 --repeats=5
+  python -m benchmarks.screen_kernel --model=tiny --length=128 --repeats=2
+
+One block of the gradient step: the raw q·k rows of every head of one layer of the first corpus
+window (H·L rows, float32 as the step reads them, ``limits.records.sources.iter_logit_blocks``
+without the zeroing copy) with the layer's mask, cut into the step's span groups
+(``limits.gradient.sensitivity.span_groups`` at ``SPAN_STEP``) and run through the screen's
+group kernels (``limits.gradient.screen._screen_group_fn``) at the paper's 26 temperatures
+(or ``--temperatures``), thresholds in float64 as the step runs. Printed:
+
+- ms per block: the best and the median of ``--repeats`` timed passes over every group (after
+  one untimed pass that compiles), and the process's CPU seconds per pass;
+- the (row, T, key) elements the kernels evaluate (each group's rows × its span w × K) and
+  their rate against the fused float32 exp + sum rate measured in the same process
+  (``benchmarks.work.measure_rates``): the step's floor counts one such element per entry;
+- per temperature, the fraction of those elements whose float32 exp is a normal number
+  (:func:`normal_exp_counts`: a visible key other than the row's arg-max with
+  d·(1/T) ≥ log(FLT_MIN) ≈ −87.34, d = l − l₁ rounded to float32 as the kernel rounds it):
+  what a kernel that skipped the keys whose exp underflows could save (2026-12-07: 35 % over
+  the 26 T on a SmolLM2 block, ≤ 10 % at the 15 T ≤ 0.4; WORKSPACE).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+LOG_FLT_MIN = float(np.log(np.finfo(np.float32).tiny))  # −87.3365: exp below is subnormal or 0
+
+
+def _define_flags() -> None:
+  """Defined when run as a script only (tests import this module beside other benchmarks)."""
+  flags.DEFINE_string("model", "smollm2", "Model spec (limits.records.sources.load_model).")
+  flags.DEFINE_integer("length", 1024, "Window length L.")
+  flags.DEFINE_integer("layer", 15, "Layer whose block is timed.")
+  flags.DEFINE_integer("repeats", 5, "Timed passes over the block's groups.")
+  flags.DEFINE_string("temperatures", "", "Comma-separated T (default: the paper grid, 26).")
+
+
+def _cpu() -> float:
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def block_rows(model_name: str, length: int, layer: int):
+  """(rows (H·L, L) float32, mask (H·L, L) bool) of one layer of the first window."""
+  from limits.gradient.blocks import _head_mask
+  from limits.records import sources
+
+  model = sources.load_model(model_name)
+  if not 0 <= layer < model.config.n_layer:
+    raise SystemExit(f"--layer={layer}: the model has layers 0 to {model.config.n_layer - 1}")
+  tokens = sources.corpus_windows(model, length, 1)
+  for _, rows, vis in sources.iter_logit_blocks(model, tokens, layers=[layer],
+                                                zero_masked=False):
+    return rows, _head_mask(vis, rows.shape[0])
+  raise SystemExit("no block")
+
+
+def groups(mask):
+  """The step's span groups of the block: [(row indices, w)]."""
+  from limits.gradient import sensitivity
+
+  return list(sensitivity.span_groups(mask, step=sensitivity.SPAN_STEP))
+
+
+def elements(grps, K: int) -> int:
+  """(row, T, key) elements the group kernels evaluate: Σ rows × w × K."""
+  return int(sum(idx.size * w for idx, w in grps)) * K
+
+
+def normal_exp_counts(rows, mask, grps, temperatures) -> np.ndarray:
+  """(K,) per T, the elements of the groups whose float32 exp is normal: visible keys other
+  than the row's first arg-max with float32(d · float32(1/T)) ≥ log(FLT_MIN), d = l − l₁ in
+  float32 (the kernel's d; its 1/T is rounded once to float32, as the kernel's ``inv``)."""
+  inv = (1 / np.asarray(temperatures, np.float64)).astype(np.float32)  # (K,)
+  out = np.zeros(inv.size, np.int64)
+  for idx, w in grps:
+    l, m = rows[idx, :w], mask[idx, :w]
+    x = np.where(m, l, -np.inf)
+    top = np.argmax(x, axis=-1)
+    others = m.copy()
+    others[np.arange(idx.size), top] = False
+    d = np.where(others, l - x[np.arange(idx.size), top][:, None], -np.inf).astype(np.float32)
+    for k, s in enumerate(inv):
+      out[k] += np.count_nonzero((d * s).astype(np.float32) >= LOG_FLT_MIN)
+  return out
+
+
+def time_block(rows, mask, grps, temperatures, repeats: int):
+  """(seconds per pass: list, CPU seconds per pass: list) of the screen's group kernels over
+  every group of the block, float64 thresholds (x64 on), after one untimed pass."""
+  import jax
+
+  from limits.gradient import screen as gradient_screen
+
+  dt = np.dtype(np.float64)
+  K = len(temperatures)
+  scr = gradient_screen.Screen(rows, mask, dt, 1e-14)
+  rows_d, mask_d = jax.device_put((rows, mask))
+  Td = jax.device_put(np.asarray(temperatures, dt))
+  calls = []
+  for idx, w in grps:
+    chunk = max(1, scr.block_elems // (K * w))
+    calls.append((gradient_screen._screen_group_fn(w, chunk, idx.size, dt.name),
+                  scr._padded(idx, chunk)))
+
+  def one_pass():
+    jax.block_until_ready([fn(rows_d, mask_d, ix, Td) for fn, ix in calls])
+
+  one_pass()
+  wall, cpu = [], []
+  for _ in range(repeats):
+    t0, c0 = time.perf_counter(), _cpu()
+    one_pass()
+    wall.append(time.perf_counter() - t0)
+    cpu.append(_cpu() - c0)
+  return wall, cpu
+
+
+def main(argv) -> None:
+  del argv
+  import jax
+
+  jax.config.update("jax_enable_x64", True)
+  from benchmarks import work
+  from limits.gradient import task as gradient_task
+  from limits.records import compilation
+
+  compilation.enable()
+  temps = gradient_task.parse_temperatures(None, FLAGS.temperatures or None)
+  K = len(temps)
+  rows, mask = block_rows(FLAGS.model, FLAGS.length, FLAGS.layer)
+  grps = groups(mask)
+  n_el = elements(grps, K)
+  rates = work.measure_rates()
+  wall, cpu = time_block(rows, mask, grps, temps, FLAGS.repeats)
+  best, med = min(wall), statistics.median(wall)
+  print(f"{FLAGS.model} L={FLAGS.length} layer {FLAGS.layer}: {rows.shape[0]} rows, "
+        f"{len(grps)} span groups, K = {K}: {best * 1e3:.1f} ms best / {med * 1e3:.1f} ms "
+        f"median per block over {FLAGS.repeats} passes, {statistics.median(cpu):.3f} CPU s per "
+        f"pass; {n_el / 1e6:.1f}M (row, T, key) elements, {n_el / best / 1e9:.2f} Gelem/s against "
+        f"the fused float32 exp + sum at {rates['elementwise_s'] / 1e9:.2f} Gelem/s (floor "
+        f"{n_el / rates['elementwise_s'] * 1e3:.1f} ms); load average "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+  counts = normal_exp_counts(rows, mask, grps, temps)
+  per_t = counts / (n_el / K)                                # (K,) each T's fraction
+  low = np.asarray(temps) <= 0.4
+  print(f"elements whose float32 exp is normal: {counts.sum() / n_el:.1%} over the {K} T"
+        + (f"; {per_t[low].mean():.1%} at the {int(low.sum())} T <= 0.4" if low.any() else ""))
+  for t, f in zip(temps, per_t):
+    print(f"  T = {t:<8g} {f:6.1%}")
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

@@ -131,9 +131,9 @@ def visible_abs_max(l, m):
 @functools.lru_cache(maxsize=None)
 def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
   """jit: (rows (R, L), mask (R, L), idx (C·B,), T (K,)) → one span group's λ₀/T and λ¹/T
-  widened by the margin (N, K) (NaN where the bracket is not finite), the secular test's
-  float32 (α₁, α₂, q) stacked (N, 3, K) (NaN there too), its rows' visible range
-  r and count (N,) (Lemma 2's bound: :func:`lemma2`), the largest λ₀/T per T (K,) and the
+  widened by the margin (n, K) (NaN where the bracket is not finite), the secular test's
+  float32 (α₁, α₂, q) stacked (n, 3, K) (NaN there too), its rows' visible range
+  r and count (n,) (Lemma 2's bound: :func:`lemma2`), the largest λ₀/T per T (K,) and the
   largest |visible logit| of its rows (:func:`visible_abs_max`). The first ``n`` of the
   N = C·B positions are rows; the rest is padding (repeats of the first row)."""
   import jax
@@ -158,8 +158,9 @@ def _screen_group_fn(width: int, chunk: int, n: int, dtype_name: str):
     max_lo = jnp.max(jnp.where(live & valid, lo_n, -jnp.inf), axis=0)  # (K,)
     nan = jnp.asarray(jnp.nan, dtype)
     abq = jnp.stack([jnp.where(valid, o, jnp.nan) for o in abq], axis=1)  # (N, 3, K) f32
-    return (jnp.where(valid, lo_n, nan), jnp.where(valid, hi_n, nan), abq, r, cnt, max_lo,
-            jnp.max(big))
+    # the n rows' values only (the padding cut here, not by a dispatch per output per group)
+    return (jnp.where(valid, lo_n, nan)[:n], jnp.where(valid, hi_n, nan)[:n], abq[:n], r[:n],
+            cnt[:n], max_lo, jnp.max(big))
 
   return jax.jit(fn)
 
@@ -383,7 +384,6 @@ class Screen:
     """
     import jax
     import jax.numpy as jnp
-    from jax import lax
 
     dt = self.dtype
     parts: dict = {}  # w -> [(rows (n,), lo_n, hi_n (n, K), abq (n, 3, K), r, count (n,))]
@@ -401,7 +401,7 @@ class Screen:
         chunk = max(1, self.block_elems // (K * w))
         out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
                                                             self._padded(idx, chunk), Td)
-        part = tuple(lax.slice_in_dim(o, 0, idx.size) for o in out[:5])
+        part = out[:5]  # each (idx.size, ...)
         parts.setdefault(w, []).append((start + idx,) + part)
         group_lo, group_big = jax.device_get((out[5], out[6]))
         max_lo = np.maximum(max_lo, np.asarray(group_lo))

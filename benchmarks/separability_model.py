@@ -50,10 +50,9 @@ def load_before(rev: str):
 
 
 def inputs(model_name: str, length: int, layer: int, vectors: str = "value"):
-  """(weights (H, L, L), v (H, L, d)) float32 NumPy arrays of one layer; ``vectors`` the
-  AMBIG-7 reading (value, key, or hidden: the residual stream (L, D) repeated for every head,
-  (L, D) as the step passes it, shared by every head; L >= D here, so no row-space
-  reduction)."""
+  """(weights (H, L, L), v (H, L, d) or (L, D)) float32 NumPy arrays of one layer;
+  ``vectors`` the AMBIG-7 reading: value, key, or hidden (the residual stream (L, D), shared
+  by every head, as the step passes it; L >= D here, so no row-space reduction)."""
   import numpy as np
 
   if model_name == "synthetic":

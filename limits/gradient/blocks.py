@@ -21,7 +21,6 @@ The records are the forward's own float32 output, so every pass yields the same 
 from __future__ import annotations
 
 import contextlib
-
 import math
 
 import numpy as np

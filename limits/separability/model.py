@@ -372,8 +372,8 @@ def layer_sums(weights, v, ns, M, *, rule: str = "strict", sorted_rows=None,
   Args:
     weights: (H, L, L) causal attention rows; v: (H, L, d) value vectors, or (L, d) vectors
       shared by every head (the residual stream: projected and its deltas taken once), each
-      projected onto S^{d-1}(M) here; ns: (K,) top-N values (a sequence, NumPy or JAX array; its maximum
-      fixes the static top-k size); M: radius.
+      projected onto S^{d-1}(M) here; ns: (K,) top-N values (a sequence, NumPy or JAX
+      array; its maximum fixes the static top-k size); M: radius.
     sorted_rows: accepted for compatibility and unused (selection is ``lax.top_k`` on the
       device).
     blocks: causal query blocks (default ceil(L / ROW_BLOCK): block b reads only the keys

@@ -213,7 +213,7 @@ def test_printed_expectations_folded_into_layer_stats(blocks):
 
 def test_layer_kernels_make_no_implicit_host_transfer():
   """The per-layer statistics of Algorithms 1, 2 (limits.distance.kernels.layer_kernel, printed E
-  included) and 4 (limits.separability.model.layer_sums) run under
+  included) and 4 (limits.separability.model.layer_sums, per-head and shared vectors) run under
   jax.transfer_guard("disallow"): inputs placed explicitly, results fetched explicitly, no
   implicit transfer inside. The same calls with a NumPy input are refused (the guard works)."""
   from limits.distance import kernels as df
@@ -231,12 +231,16 @@ def test_layer_kernels_make_no_implicit_host_transfer():
     for ns in (ns1, ns2):  # compile outside the guard
       df.layer_kernel(wj, xj, ns, kmax=10, printed=True, blocks=1)
     sm.layer_sums(wj, xj, [1, 2, 4, 8], one)
+    shared = jax.device_put(x[0])  # (L, d) for every head: the residual-stream reading
+    sm.layer_sums(wj, shared, [1, 2, 4, 8], one)
     with jax.transfer_guard("disallow"):
       for ns in (ns1, ns2):  # Algorithms 1 and 2
         st, extra = jax.device_get(df.layer_kernel(wj, xj, ns, kmax=10, printed=True,
                                                    blocks=1))
         assert np.isfinite(extra).all() and st.count.shape == (H, ns.shape[0])
       sums = jax.device_get(sm.layer_sums(wj, xj, [1, 2, 4, 8], one))  # Algorithm 4
+      assert sums.shape == (H, 4, len(sm.LAYER_FIELDS))
+      sums = jax.device_get(sm.layer_sums(wj, shared, [1, 2, 4, 8], one))
       assert sums.shape == (H, 4, len(sm.LAYER_FIELDS))
       with pytest.raises(Exception, match="[Dd]isallowed"):
         df.layer_kernel(w, xj, ns1, kmax=10, printed=True, blocks=1)

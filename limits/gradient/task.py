@@ -367,7 +367,8 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
   # settings on the step's main thread.
   todo = [c0 for c0 in range(0, len(temps), c.t_batch)
           if not units.restored(f"T[{c0}:{c0 + len(temps[c0:c0 + c.t_batch])}]")]
-  tapped = screen is not None and todo and _float32_rows_fit(temps, epsilons, dtype, blocks)
+  tapped = bool(screen is not None and todo and _float32_rows_fit(temps, epsilons, dtype,
+                                                                 blocks))
   gather = blocks.gatherer(exact_idx, fd_idx, big=not tapped)
   if tapped:
     screen_ahead(todo[0], tap=gather.add)

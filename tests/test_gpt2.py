@@ -20,6 +20,7 @@ from limits.models import gpt2
 from limits.errors import LimitsError
 from limits.models.gpt2 import model as model_lib
 from limits.models import engine
+from tests.live_arrays import frozen_heap
 
 CONFIG = gpt2.Config(n_layer=3, n_head=2, n_embd=16, n_positions=24, vocab_size=40)
 L = 12
@@ -162,28 +163,32 @@ def _lxl_arrays():
 
 @pytest.mark.parametrize("ahead", [False, True])
 def test_iter_layers_matches_forward_and_holds_one_layer(params, tokens, full, ahead):
-  before = _lxl_arrays()
-  seen, prev = [], None
-  for i, rec in models.iter_layers(params, tokens, CONFIG, ahead=ahead):
-    seen.append(i)
-    # While the caller holds this record, the only new (B, H, L, L) arrays alive are its own
-    # scores and weights, and with ``ahead`` the next layer's (dispatched, not yet yielded):
-    # no other layer's L×L arrays are kept by the generator.
-    new = set(_lxl_arrays()) - set(before) - {id(rec.scores), id(rec.weights)}
-    assert len(new) == (2 if ahead and i < CONFIG.n_layer - 1 else 0), (i, len(new))
-    assert rec.window is None and full.attn.window is None  # GPT-2 has no sliding windows
-    for name in (f for f in rec._fields if f != "window"):
-      # Same float32 ops, compiled as one step instead of inside a scan: 1e-5.
-      np.testing.assert_allclose(getattr(rec, name), getattr(full.attn, name)[i], atol=1e-5,
-                                 rtol=1e-5, err_msg=f"layer {i} {name}")
-    if prev is not None:  # the previous layer's records were released by the generator (a
-      gc.collect()  # weak reference: an id could be reused by a new array at the same address)
-      assert prev() is None, i
-    prev = weakref.ref(rec.weights)
-    del rec
-  assert seen == [0, 1, 2]
-  sub = [i for i, _ in models.iter_layers(params, tokens, CONFIG, layers=[1], ahead=ahead)]
-  assert sub == [1]
+  # The gc.collect() before each count scans only what this test creates (frozen_heap: in a
+  # pytest worker that ran many tests first, each full collection took ~1 s: 7.6 and 7.1 s
+  # for the two cases in the default suite against 0.7 and 0.4 s alone, 2026-12-07).
+  with frozen_heap():
+    before = _lxl_arrays()
+    seen, prev = [], None
+    for i, rec in models.iter_layers(params, tokens, CONFIG, ahead=ahead):
+      seen.append(i)
+      # While the caller holds this record, the only new (B, H, L, L) arrays alive are its own
+      # scores and weights, and with ``ahead`` the next layer's (dispatched, not yet yielded):
+      # no other layer's L×L arrays are kept by the generator.
+      new = set(_lxl_arrays()) - set(before) - {id(rec.scores), id(rec.weights)}
+      assert len(new) == (2 if ahead and i < CONFIG.n_layer - 1 else 0), (i, len(new))
+      assert rec.window is None and full.attn.window is None  # GPT-2 has no sliding windows
+      for name in (f for f in rec._fields if f != "window"):
+        # Same float32 ops, compiled as one step instead of inside a scan: 1e-5.
+        np.testing.assert_allclose(getattr(rec, name), getattr(full.attn, name)[i], atol=1e-5,
+                                   rtol=1e-5, err_msg=f"layer {i} {name}")
+      if prev is not None:  # the previous layer's records were released by the generator (a
+        gc.collect()  # weak reference: an id could be reused by a new array at the same address)
+        assert prev() is None, i
+      prev = weakref.ref(rec.weights)
+      del rec
+    assert seen == [0, 1, 2]
+    sub = [i for i, _ in models.iter_layers(params, tokens, CONFIG, layers=[1], ahead=ahead)]
+    assert sub == [1]
 
 
 def test_iter_layers_ahead_same_records_and_default_by_size(params, tokens, monkeypatch):

@@ -611,8 +611,9 @@ def test_screen_pass_takes_the_gatherers_largest_visible_logit():
   """The screen's pass gives the largest |visible logit| (``Screen.big``, what the task's
   check_temperature_range reads when the screen feeds the gatherer) equal to the gatherer's own
   host rule (blocks._chunk_big) on finite rows, bit for bit; +inf or −inf visible gives inf (so
-  the check still fails); a visible NaN is left out alone (the host rule skips its whole chunk
-  of 8,192 rows, and with it the other entries' maximum)."""
+  the check still fails); a visible NaN is left out alone by both (the host rule skipped its
+  whole chunk of 8,192 rows, and with it the other entries' maximum, until the twenty-ninth
+  session)."""
   l, m = _abs_max_rows()
   cuts = [0, 100, 230, l.shape[0]]
   with jax.enable_x64(True):
@@ -637,7 +638,9 @@ def test_screen_pass_takes_the_gatherers_largest_visible_logit():
     ln[40, 2], m[40, 2] = np.nan, True
     ln[40, 4], m[40, 4] = np.float32(-90.5), True  # in the NaN's row (block rows 0-99)
     assert screen_big(ln, m) == 90.5    # the NaN alone left out
-    assert host_big(ln, m) == 77.25     # the host rule skips the NaN's whole chunk
+    assert host_big(ln, m) == 90.5      # (the host rule gave 77.25: the NaN's whole chunk)
+    ln[41, :], m[41, :] = np.nan, True  # a row of NaN only: left out, the rest counts
+    assert host_big(ln, m) == screen_big(ln, m) == 90.5
 
 
 def test_gatherer_without_big_leaves_it_nan_and_gathers_the_same_rows():

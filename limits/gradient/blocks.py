@@ -133,7 +133,7 @@ class Gatherer:
     if start != self.seen:
       raise ValueError(f"blocks out of order: row {start} after {self.seen} rows")
     stop = start + rows.shape[0]
-    # row chunks, as before (a NaN skips its chunk)
+    # row chunks of 8,192 (a NaN entry is left out alone: _chunk_big)
     for lo in range(0, rows.shape[0] if self.track_big else 0, 8192):
       self.big = max(self.big, _chunk_big(rows[lo:lo + 8192], mask[lo:lo + 8192]))
     for ix, (r, m) in zip(self.indices, self.out):
@@ -150,12 +150,20 @@ class Gatherer:
 
 def _chunk_big(rows, mask) -> float:
   """The largest |visible entry| of a chunk of rows as a float, from its visible maximum and
-  minimum (no (n, L) temporary; half the time of |where(mask, rows, 0)|.max()); NaN when a
-  visible entry is NaN (``max(big, nan)`` then keeps ``big``: the previous rule), −inf when
+  minimum (no (n, L) temporary; half the time of |where(mask, rows, 0)|.max()); NaN entries
+  are left out one by one, as the gradient screen's device rule does
+  (``screen.visible_abs_max``): only a chunk whose maximum comes out NaN pays a second pass
+  with them masked (until the twenty-ninth session a NaN skipped its whole chunk). −inf when
   nothing is visible (the previous 0 changed nothing either: ``big`` starts at 0)."""
   hi = np.max(rows, where=mask, initial=-np.inf)
   lo = np.min(rows, where=mask, initial=np.inf)
-  return float(np.maximum(hi, -lo))
+  big = float(np.maximum(hi, -lo))
+  if math.isnan(big):  # a visible NaN: the other entries' maximum, without it
+    ok = mask & ~np.isnan(rows)
+    hi = np.max(rows, where=ok, initial=-np.inf)
+    lo = np.min(rows, where=ok, initial=np.inf)
+    big = float(np.maximum(hi, -lo))
+  return big
 
 
 def _head_mask(vis, n_rows):

@@ -362,9 +362,9 @@ def _run(p: Plan, src: Rows, k_sub, k_dir, checkpoint, log, units) -> Result:
   # inside the screen's first pass (the step reads its rows, or runs the forward, once) when
   # no finite float32 row can fail check_temperature_range; else in a pass of their own first.
   # The largest |visible logit| comes from the screen's row facts on the device when the
-  # screen reads the rows (NaN entries left out one by one), else from the gatherer on the host
-  # (NaN skips its chunk of 8,192 rows): a NumPy pass over every row, ~4 s at SmolLM2 paper
-  # settings on the step's main thread.
+  # screen reads the rows, else from the gatherer on the host (a NumPy pass over every row,
+  # ~4 s at SmolLM2 paper settings on the step's main thread); both leave NaN entries out
+  # one by one.
   todo = [c0 for c0 in range(0, len(temps), c.t_batch)
           if not units.restored(f"T[{c0}:{c0 + len(temps[c0:c0 + c.t_batch])}]")]
   tapped = bool(screen is not None and todo and _float32_rows_fit(temps, epsilons, dtype,

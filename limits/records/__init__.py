@@ -15,9 +15,10 @@ n_layer·(2·H·L² + 3·H·L·d_head + L·D)·4 bytes; SmolLM2-135M at paper se
 L = 32 … 1,024) about 14 GB, the embedded model's ``--quick`` run about 55 MB.
 :func:`session_store` gives a temporary store for one call when none is set (Algorithm 3's
 search re-reads the same records every round; the gradient step's rows when they pass
-``limits.gradient.blocks.MEMORY_BYTES``: 9.5 GB under ``$TMPDIR`` at SmolLM2 paper settings). The key (:mod:`limits.records.key`) covers the model files, the tokens, L and the
-code; a stale, foreign, truncated or corrupt entry is never read: it is discarded and the
-forward recomputed (one warning line on stderr).
+``limits.gradient.blocks.MEMORY_BYTES``: 9.5 GB under ``$TMPDIR`` at SmolLM2 paper settings).
+The key (:mod:`limits.records.key`) covers the model files, the tokens, L and the code; a
+stale, foreign, truncated or corrupt entry is never read: it is discarded and the forward
+recomputed (one warning line on stderr).
 
 Besides the record fields an entry holds :data:`DERIVED` columns, cut from a field when the
 entry is written: ``weights_key0`` = ``weights[..., 0]`` (B, H, L), every query's weight on

@@ -18,8 +18,11 @@ group kernels (``limits.gradient.screen._screen_group_fn``) at the paper's 26 te
 - per temperature, the fraction of those elements whose float32 exp is a normal number
   (:func:`normal_exp_counts`: a visible key other than the row's arg-max with
   d·(1/T) ≥ log(FLT_MIN) ≈ −87.34, d = l − l₁ rounded to float32 as the kernel rounds it):
-  what a kernel that skipped the keys whose exp underflows could save (2026-12-07: 35 % over
-  the 26 T on a SmolLM2 block, ≤ 10 % at the 15 T ≤ 0.4; WORKSPACE).
+  what a kernel that skipped the keys whose exp underflows could save (WORKSPACE, twenty-eighth
+  section: 33.9 % over the 26 T on SmolLM2's layer 15, 0.4 % at the 14 T ≤ 0.4);
+- at the T ≤ 0.4, the elements a kernel would evaluate on rows compacted to their keys whose
+  float32 exp is not zero, each chunk of the screen's rows padded to its largest count (at
+  least 8 keys) (:func:`compacted_elements`), as a fraction of those temperatures' elements.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 LOG_FLT_MIN = float(np.log(np.finfo(np.float32).tiny))  # −87.3365: exp below is subnormal or 0
+LOG_NONZERO = -150 * float(np.log(2.0))  # −103.972: exp below rounds to 0 in float32
+MIN_KEYS = 8  # the narrowest compacted row counted by compacted_elements
 
 
 def _define_flags() -> None:
@@ -85,15 +90,41 @@ def normal_exp_counts(rows, mask, grps, temperatures) -> np.ndarray:
   inv = (1 / np.asarray(temperatures, np.float64)).astype(np.float32)  # (K,)
   out = np.zeros(inv.size, np.int64)
   for idx, w in grps:
-    l, m = rows[idx, :w], mask[idx, :w]
-    x = np.where(m, l, -np.inf)
-    top = np.argmax(x, axis=-1)
-    others = m.copy()
-    others[np.arange(idx.size), top] = False
-    d = np.where(others, l - x[np.arange(idx.size), top][:, None], -np.inf).astype(np.float32)
+    d = _others_d(rows, mask, idx, w)
     for k, s in enumerate(inv):
       out[k] += np.count_nonzero((d * s).astype(np.float32) >= LOG_FLT_MIN)
   return out
+
+
+def _others_d(rows, mask, idx, w):
+  """(B, w) float32 d = l − l₁ for the visible keys other than each row's first arg-max,
+  −inf elsewhere (the kernel's d)."""
+  l, m = rows[idx, :w], mask[idx, :w]
+  x = np.where(m, l, -np.inf)
+  top = np.argmax(x, axis=-1)
+  others = m.copy()
+  others[np.arange(idx.size), top] = False
+  return np.where(others, l - x[np.arange(idx.size), top][:, None], -np.inf).astype(np.float32)
+
+
+def compacted_elements(rows, mask, grps, temperatures, K: int, block_elems: int):
+  """(compacted, full) (row, T, key) elements at ``temperatures`` of a kernel run on rows
+  compacted to the keys whose float32 exp(d · float32(1/T)) is not zero (≥ ``LOG_NONZERO``),
+  the screen's chunks of each span group (``max(1, block_elems // (K·w))`` consecutive rows,
+  K the kernel's number of temperatures) each padded to its largest count for that T and to
+  at least :data:`MIN_KEYS` keys; ``full`` the same chunks at their span w."""
+  inv = (1 / np.asarray(temperatures, np.float64)).astype(np.float32)
+  comp = full = 0
+  for idx, w in grps:
+    d = _others_d(rows, mask, idx, w)
+    chunk = max(1, block_elems // (K * w))
+    for s in inv:
+      cnt = np.count_nonzero((d * s).astype(np.float32) >= LOG_NONZERO, axis=-1)  # (B,)
+      for a in range(0, idx.size, chunk):
+        c = cnt[a:a + chunk]
+        comp += c.size * max(MIN_KEYS, int(c.max()))
+        full += c.size * w
+  return comp, full
 
 
 def time_block(rows, mask, grps, temperatures, repeats: int):
@@ -159,6 +190,15 @@ def main(argv) -> None:
         + (f"; {per_t[low].mean():.1%} at the {int(low.sum())} T <= 0.4" if low.any() else ""))
   for t, f in zip(temps, per_t):
     print(f"  T = {t:<8g} {f:6.1%}")
+  if low.any():
+    from limits.gradient import screen as gradient_screen
+
+    comp, full = compacted_elements(rows, mask, grps, np.asarray(temps)[low], K,
+                                    gradient_screen.BLOCK_ELEMS)
+    print(f"at the {int(low.sum())} T <= 0.4, rows compacted to their keys with a non-zero "
+          f"float32 exp (each chunk padded to its largest count, >= {MIN_KEYS} keys): "
+          f"{comp / full:.1%} of those T's {full / 1e6:.1f}M elements; the {int(low.sum())} T "
+          f"are {full / n_el:.0%} of the kernel's elements")
   sys.stdout.flush()
 
 

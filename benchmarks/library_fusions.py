@@ -16,9 +16,9 @@ Printed per kernel: the median of each side, the median ratio own/library with i
 difference of the two outputs (another summation order): the largest relative difference, for
 g the largest |Δg|·ε (‖Δα‖ units: g at low T and small ε is at float64's rounding level).
 
-Kernels, on one layer of the first corpus window (``benchmarks.screen_kernel.block_rows``: H·L
-raw q·k rows, float32, with the layer's mask), the paper's 26 temperatures, float64 where the
-step runs float64:
+Kernels, on one layer of the first corpus window (:func:`layer_inputs`: its records without a
+store; H·L raw q·k rows, float32, with the layer's mask, as ``benchmarks.screen_kernel``), the
+paper's 26 temperatures, float64 where the step runs float64:
 
 - ``exp_sum_f32``, ``exp_sum_f64``: a fused exp + sum over (256, 16,384) elements (the
   elementwise rate of ``benchmarks.work.measure_rates``, and its float64 twin);
@@ -100,22 +100,23 @@ def g_kernel(rows, mask, n_rows: int):
   return fn, (*jax.device_put((rows, mask, p, np.arange(per))), keys, *jax.device_put((T, eps)))
 
 
-def check_kernel(scores, q, k, temperature):
-  """(fn, args): Corollary 1's causal check of one layer, float64."""
+def check_kernel(scores, q, k, temperature, window: int = 0):
+  """(fn, args): Corollary 1's causal check of one layer (``window`` W > 0: a sliding-window
+  layer), float64."""
   import jax
   import jax.numpy as jnp
 
   from limits import vanishing
 
   def fn(s, q, k, t):
-    return vanishing.causal_check(s, q, k, t, dtype=jnp.float64)
+    return vanishing.causal_check(s, q, k, t, window=window, dtype=jnp.float64)
 
   return fn, (*jax.device_put((scores, q, k)), np.float64(temperature))
 
 
 def layer_inputs(model_name: str, length: int, layer: int):
-  """(rows (H·L, L) f32, mask (H·L, L), scores (1, H, L, L), q, k (1, H, L, d), T) of one
-  layer of the first corpus window."""
+  """(rows (H·L, L) f32, mask (H·L, L), scores (1, H, L, L), q, k (1, H, L, d), T, window)
+  of one layer of the first corpus window (window 0: not a sliding-window layer)."""
   from limits import records
   from limits.gradient.blocks import _head_mask
   from limits.records import sources
@@ -131,7 +132,7 @@ def layer_inputs(model_name: str, length: int, layer: int):
     H, L = scores.shape[1], scores.shape[-1]
     vis = np.asarray(numerics.attention_mask(L, int(window or 0)))
     return (scores[0].reshape(H * L, L), _head_mask(vis, H * L), scores, rec["q"], rec["k"],
-            model.native_temperature)
+            model.native_temperature, int(window or 0))
   raise SystemExit("no layer")
 
 
@@ -189,12 +190,12 @@ def run(model: str, length: int, layer: int, pairs: int, fd_rows: int,
   compilation.enable()
   need_layer = any(k in kernels for k in ("screen", "g", "check"))
   if need_layer:
-    rows, mask, scores, q, k, t = layer_inputs(model, length, layer)
+    rows, mask, scores, q, k, t, window = layer_inputs(model, length, layer)
   build = {"exp_sum_f32": lambda: exp_sum(np.float32),
            "exp_sum_f64": lambda: exp_sum(np.float64),
            "screen": lambda: screen_kernel(rows, mask),
            "g": lambda: g_kernel(rows, mask, fd_rows),
-           "check": lambda: check_kernel(scores, q, k, t)}
+           "check": lambda: check_kernel(scores, q, k, t, window)}
   return {name: compare(*build[name](), pairs, _g_diff if name == "g" else _max_rel_diff)
           for name in kernels}
 

@@ -75,7 +75,7 @@ def screen_kernel(rows, mask):
 
   T = _temperatures()
   idx, w = _widest(sensitivity.span_groups(mask, step=sensitivity.SPAN_STEP))
-  chunk = max(1, screen.BLOCK_ELEMS // (T.size * w))
+  chunk = screen.screen_chunk(T.size, w)
   pad = (-idx.size) % chunk
   ix = np.concatenate([idx, np.full(pad, idx[0], idx.dtype)])
   fn = screen._screen_group_fn(w, chunk, idx.size, "float64").__wrapped__

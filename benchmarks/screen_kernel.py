@@ -2,6 +2,7 @@ r"""The gradient screen's kernel on one (window, layer) block, and how many of i
 
   python -m benchmarks.screen_kernel --model=smollm2 --layer=15 --repeats=5
   python -m benchmarks.screen_kernel --model=tiny --length=128 --repeats=2
+  python -m benchmarks.screen_kernel --model=smollm2 --layer=15 --against_elems=262144
 
 One block of the gradient step: the raw q·k rows of every head of one layer of the first corpus
 window (H·L rows, float32 as the step reads them, ``limits.records.sources.iter_logit_blocks``
@@ -12,6 +13,9 @@ group kernels (``limits.gradient.screen._screen_group_fn``) at the paper's 26 te
 
 - ms per block: the best and the median of ``--repeats`` timed passes over every group (after
   one untimed pass that compiles), and the process's CPU seconds per pass;
+- with ``--against_elems=N``: the step's chunks (``screen.SCREEN_ELEMS`` elements) against
+  chunks of N, alternated in one process (``common.alternate``, ``--repeats`` pairs), and
+  whether the two give the same outputs bit for bit;
 - the (row, T, key) elements the kernels evaluate (each group's rows × its span w × K) and
   their rate against the fused float32 exp + sum rate measured in the same process
   (``benchmarks.work.measure_rates``): the step's floor counts one such element per entry;
@@ -49,6 +53,9 @@ def _define_flags() -> None:
   flags.DEFINE_integer("layer", 15, "Layer whose block is timed.")
   flags.DEFINE_integer("repeats", 5, "Timed passes over the block's groups.")
   flags.DEFINE_string("temperatures", "", "Comma-separated T (default: the paper grid, 26).")
+  flags.DEFINE_integer("against_elems", 0, "If > 0: also time the kernels with chunks of this "
+                       "many (row, T, key) elements, alternated in one process with the step's "
+                       "(screen.SCREEN_ELEMS), and check that their outputs are equal.")
 
 
 def _cpu() -> float:
@@ -110,8 +117,9 @@ def _others_d(rows, mask, idx, w):
 def compacted_elements(rows, mask, grps, temperatures, K: int, block_elems: int):
   """(compacted, full) (row, T, key) elements at ``temperatures`` of a kernel run on rows
   compacted to the keys whose float32 exp(d · float32(1/T)) is not zero (≥ ``LOG_NONZERO``),
-  the screen's chunks of each span group (``max(1, block_elems // (K·w))`` consecutive rows,
-  K the kernel's number of temperatures) each padded to its largest count for that T and to
+  in chunks of ``max(1, block_elems // (K·w))`` consecutive rows of each span group (K the
+  kernel's number of temperatures; ``main`` passes 2^18, the screen's chunk until the
+  thirtieth session's ``SCREEN_ELEMS``), each padded to its largest count for that T and to
   at least :data:`MIN_KEYS` keys; ``full`` the same chunks at their span w."""
   inv = (1 / np.asarray(temperatures, np.float64)).astype(np.float32)
   comp = full = 0
@@ -127,27 +135,36 @@ def compacted_elements(rows, mask, grps, temperatures, K: int, block_elems: int)
   return comp, full
 
 
-def time_block(rows, mask, grps, temperatures, repeats: int):
-  """(seconds per pass: list, CPU seconds per pass: list) of the screen's group kernels over
-  every group of the block, float64 thresholds (x64 on), after one untimed pass."""
+def block_pass(rows, mask, grps, temperatures, screen_elems=None):
+  """A function running the screen's group kernels over every group of the block once (float64
+  thresholds, x64 on) with chunks of ``screen_elems`` (default the step's
+  ``screen.SCREEN_ELEMS``), returning their outputs (device arrays, ready)."""
   import jax
 
   from limits.gradient import screen as gradient_screen
 
   dt = np.dtype(np.float64)
   K = len(temperatures)
-  scr = gradient_screen.Screen(rows, mask, dt, 1e-14)
+  kw = {} if screen_elems is None else {"screen_elems": screen_elems}
+  scr = gradient_screen.Screen(rows, mask, dt, 1e-14, **kw)
   rows_d, mask_d = jax.device_put((rows, mask))
   Td = jax.device_put(np.asarray(temperatures, dt))
   calls = []
   for idx, w in grps:
-    chunk = max(1, scr.block_elems // (K * w))
+    chunk = gradient_screen.screen_chunk(K, w, scr.screen_elems)
     calls.append((gradient_screen._screen_group_fn(w, chunk, idx.size, dt.name),
                   scr._padded(idx, chunk)))
 
   def one_pass():
-    jax.block_until_ready([fn(rows_d, mask_d, ix, Td) for fn, ix in calls])
+    return jax.block_until_ready([fn(rows_d, mask_d, ix, Td) for fn, ix in calls])
 
+  return one_pass
+
+
+def time_block(rows, mask, grps, temperatures, repeats: int):
+  """(seconds per pass: list, CPU seconds per pass: list) of the screen's group kernels over
+  every group of the block (:func:`block_pass`), after one untimed pass."""
+  one_pass = block_pass(rows, mask, grps, temperatures)
   one_pass()
   wall, cpu = [], []
   for _ in range(repeats):
@@ -183,6 +200,8 @@ def main(argv) -> None:
         f"the fused float32 exp + sum at {rates['elementwise_s'] / 1e9:.2f} Gelem/s (floor "
         f"{n_el / rates['elementwise_s'] * 1e3:.1f} ms); load average "
         f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+  if FLAGS.against_elems > 0:
+    _against(rows, mask, grps, temps, FLAGS.against_elems)
   counts = normal_exp_counts(rows, mask, grps, temps)
   per_t = counts / (n_el / K)                                # (K,) each T's fraction
   low = np.asarray(temps) <= 0.4
@@ -200,6 +219,26 @@ def main(argv) -> None:
           f"{comp / full:.1%} of those T's {full / 1e6:.1f}M elements; the {int(low.sum())} T "
           f"are {full / n_el:.0%} of the kernel's elements")
   sys.stdout.flush()
+
+
+def _against(rows, mask, grps, temps, elems: int) -> None:
+  """The step's chunks against chunks of ``elems`` elements, alternated (``common.alternate``):
+  the outputs compared bit for bit, then the median ratio with its spread."""
+  import jax
+
+  from benchmarks.common import alternate
+  from limits.gradient import screen as gradient_screen
+
+  ours = block_pass(rows, mask, grps, temps)
+  other = block_pass(rows, mask, grps, temps, elems)
+  same = all(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+             for a, b in zip(jax.tree.leaves(jax.device_get(ours())),
+                             jax.tree.leaves(jax.device_get(other()))))
+  res = alternate(other, ours, FLAGS.repeats)
+  print(f"chunks of {gradient_screen.SCREEN_ELEMS} elements (the step's) against {elems}: "
+        f"{res['ours_median_s'] * 1e3:.1f} against {res['ref_median_s'] * 1e3:.1f} ms median "
+        f"per block, {res['ratio_median']:.2f}x ({res['ratio_min']:.2f}-{res['ratio_max']:.2f}) "
+        f"over {FLAGS.repeats} alternated pairs; outputs {'equal bit for bit' if same else 'DIFFER'}")
 
 
 if __name__ == "__main__":

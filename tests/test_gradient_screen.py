@@ -657,3 +657,36 @@ def test_gatherer_without_big_leaves_it_nan_and_gathers_the_same_rows():
   for (r0, m0), (r1, m1) in zip(out[0][1], out[1][1]):
     np.testing.assert_array_equal(r0, r1)
     np.testing.assert_array_equal(m0, m1)
+
+
+def test_screen_chunk_is_the_element_budget_in_rows():
+  K, w = 26, 1024
+  assert gradient_screen.screen_chunk(K, w) == (1 << 21) // (K * w) == 78
+  assert gradient_screen.screen_chunk(K, w, elems=K * w * 5) == 5  # exactly five rows
+  assert gradient_screen.screen_chunk(K, w, elems=K * w * 5 - 1) == 4  # rounds down
+  assert gradient_screen.screen_chunk(K, w, elems=1) == 1  # at least one row
+
+
+def test_screen_decisions_do_not_depend_on_the_chunk():
+  """The bracket pass in one chunk per group and in chunks of 3 rows with a padded last one:
+  the same decisions and statistics (every count, the rows, the maximum to 1e-12). A chunk's
+  shape may move a float32 sum by a rounding (seen here under the suite's XLA flags: 3e-7
+  relative), which the bracket's margin absorbs, so only which pairs go to Newton may differ;
+  a chunking slip that drops or misplaces rows changes the counts (padding repeats a group's
+  first row and is masked out of every count and maximum by construction)."""
+  rng = np.random.default_rng(5)
+  l, m = _adversarial_rows(rng, L=40)
+  l = np.concatenate([l, rng.normal(0, 6, (90, 40))])
+  m = np.concatenate([m, np.tril(np.ones((40, 40), bool))[rng.integers(0, 40, 90)]])
+  Ts = np.asarray(TS[::3])
+  K = Ts.size
+  with jax.enable_x64(True):
+    one, small = (gradient_screen.Screen(l, m, np.float64, 1e-14, screen_elems=e).stats(Ts)
+                  for e in (1 << 30, K * 40 * 3))
+    want = _reference_stats(l, m, Ts, 1e-14)
+  assert gradient_screen.screen_chunk(K, 40, K * 40 * 3) == 3
+  for key in ("n_exceed_paper", "n_exceed_tight", "n_exceed_lemma2", "lemma2_finite", "rows",
+              "nonfinite"):
+    np.testing.assert_array_equal(small[key], one[key], err_msg=key)
+  np.testing.assert_allclose(small["max_norm"], one["max_norm"], rtol=1e-12)
+  _assert_same_decisions(small, want, l.shape[0])

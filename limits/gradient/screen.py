@@ -20,8 +20,9 @@ float32 margin δ that makes their decisions those of the all-Newton path).
 
 **Shapes.** Rows are grouped by visible span (last visible key + 1, rounded up to a multiple of
 ``sensitivity.SPAN_STEP`` = 256: a causal query at position t costs t + 128 keys on average);
-each group is one jitted call that walks the rows in chunks of ≈ 2¹⁸ (row, T, key) elements
-(the L2-sized block) with ``lax.map``. Nothing per row leaves the device: the result is a dict of (K,) per-temperature counts and maxima.
+each group is one jitted call that walks the rows in chunks of ≈ 2²¹ (row, T, key) elements
+(:data:`SCREEN_ELEMS`) with ``lax.map``; Newton's chunks are ≈ 2¹⁸
+(row, key) elements (:data:`BLOCK_ELEMS`). Nothing per row leaves the device: the result is a dict of (K,) per-temperature counts and maxima.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ from limits.gradient import sensitivity
 from limits.gradient.bracket import (ABS_SLACK, SECULAR_ETA, bracket,  # noqa: F401
                                      margin, secular_decide)
 
-BLOCK_ELEMS = 1 << 18  # elements of one (rows, T, keys) chunk: ~1 MB float32, fits L2
+BLOCK_ELEMS = 1 << 18  # elements of one Newton chunk of (pair, key) (``_Pairs``)
+# Elements of one (rows, T, keys) chunk of the bracket pass's kernel (``_screen_group_fn``): its
+# exps are written out for the library's two sums, so a chunk of 2^18 (1 MB, L2-sized) paid
+# the per-call cost of a dozen small fusions per 9 rows at w = 1,024; 2^21 (8 MB) is 1.16-1.22x
+# faster on SmolLM2's layer 15 with the same bits there (2^22 1.20x, 2^23 0.64x; WORKSPACE,
+# thirtieth section). Not capped at a group's rows: the chunk depends on (K, w) only, so a
+# block and the whole matrix run every row in the same chunk shape (a chunk's shape can move a
+# float32 sum by a rounding: tests/test_gradient_screen.py).
+SCREEN_ELEMS = 1 << 21
 KEEP_BYTES = 1 << 28  # rows pass 1 keeps for Newton (float32 + mask), else a second pass
 _T_MIN, _T_MAX = 2.0 ** -100, 2.0 ** 100  # temperatures the float32 screen accepts
 
@@ -126,6 +135,13 @@ def visible_abs_max(l, m):
   hi = jnp.max(jnp.where(ok, l, -jnp.inf), axis=-1)
   lo = jnp.min(jnp.where(ok, l, jnp.inf), axis=-1)
   return jnp.max(jnp.maximum(hi, -lo))
+
+
+def screen_chunk(K: int, w: int, elems: int = SCREEN_ELEMS) -> int:
+  """Rows per chunk of the bracket pass's kernel for span w at K temperatures: ≈ ``elems``
+  (row, T, key) elements, at least 1 row; a group is padded to a multiple of it. A function of
+  (K, w) only, so every block of a run uses the chunk shapes of the whole matrix."""
+  return max(1, int(elems) // (K * w))
 
 
 @functools.lru_cache(maxsize=None)
@@ -344,7 +360,8 @@ class Screen:
   ``dtype`` is the run's dtype (Newton, Lemma 2 and the thresholds); ``rtol`` the relative
   tolerance of every comparison. Blocks give the same numbers as one (R, L) array: every
   per-row value is computed by the same jitted code on the same (chunk, w) slices, the
-  maxima and counts do not depend on the order, and Newton's chunks are the same pairs.
+  maxima and counts do not depend on the order, and Newton's chunks are the same pairs. ``screen_elems``: the bracket pass's chunk size
+  (:func:`screen_chunk`); ``block_elems``: Newton's.
   After :meth:`stats`, ``big`` is the largest |visible logit| its pass read (NaN entries
   left out; 0 when nothing is visible), for the task's ``check_temperature_range``.
   """
@@ -352,12 +369,14 @@ class Screen:
   big = math.nan  # set by each pass over the rows (_bracket_pass)
 
   def __init__(self, rows, mask, dtype, rtol: float, *, block_elems: int = BLOCK_ELEMS,
+               screen_elems: int = SCREEN_ELEMS,
                max_iters: int = 60):
     from limits.gradient.blocks import RowBlocks
 
     self.dtype = np.dtype(dtype)
     self.rtol = float(rtol)
     self.block_elems = int(block_elems)
+    self.screen_elems = int(screen_elems)
     self.max_iters = int(max_iters)
     self.source = rows if isinstance(rows, RowBlocks) else RowBlocks.from_arrays(rows, mask)
 
@@ -398,7 +417,7 @@ class Screen:
       host_mask = np.asarray(mask, bool)  # blocks are host arrays (RowBlocks)
       rows_d, mask_d = jax.device_put((rows, host_mask))
       for idx, w in sensitivity.span_groups(host_mask, step=sensitivity.SPAN_STEP):
-        chunk = max(1, self.block_elems // (K * w))
+        chunk = screen_chunk(K, w, self.screen_elems)
         out = _screen_group_fn(w, chunk, idx.size, dt.name)(rows_d, mask_d,
                                                             self._padded(idx, chunk), Td)
         part = out[:5]  # each (idx.size, ...)

@@ -181,13 +181,8 @@ def compare(fn, args, pairs: int, diff=_max_rel_diff) -> dict:
 
 def run(model: str, length: int, layer: int, pairs: int, fd_rows: int,
         kernels=("exp_sum_f32", "exp_sum_f64", "screen", "g", "check")) -> dict:
-  """{kernel: compare(...)} for the named kernels."""
-  import jax
-
-  jax.config.update("jax_enable_x64", True)
-  from limits.records import compilation
-
-  compilation.enable()
+  """{kernel: compare(...)} for the named kernels (float64 kernels need x64 on: :func:`main`
+  turns it on for the process, a caller may use ``jax.enable_x64(True)``)."""
   need_layer = any(k in kernels for k in ("screen", "g", "check"))
   if need_layer:
     rows, mask, scores, q, k, t, window = layer_inputs(model, length, layer)
@@ -215,6 +210,12 @@ def main(argv=None) -> None:
   if bad or a.pairs < 1 or a.fd_rows < 1:
     raise SystemExit(f"--kernels={a.kernels!r} --pairs={a.pairs} --fd_rows={a.fd_rows}: "
                      f"kernels from {','.join(known)}, pairs and fd_rows >= 1")
+  import jax
+
+  from limits.records import compilation
+
+  jax.config.update("jax_enable_x64", True)
+  compilation.enable()
   out = run(a.model, a.length, a.layer, a.pairs, a.fd_rows, tuple(kernels))
   print(f"{a.model} L={a.length} layer {a.layer}, {a.pairs} alternated pairs; load average "
         f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")

@@ -58,7 +58,9 @@ def test_layer_kernels_run_on_the_embedded_model_and_agree():
   """The screen, g(T, ε) and the causal check on a layer of the embedded model: each compiled
   both ways, with a library fusion only under XLA's defaults, and the two outputs within their
   rounding (float32 exps for the screen; float64 for g, in ‖Δα‖ units, and the check)."""
-  out = lf.run("tiny", 64, 1, pairs=1, fd_rows=16, kernels=("screen", "g", "check"))
+  with jax.enable_x64(True):  # not the process's setting: later tests in this worker keep theirs
+    out = lf.run("tiny", 64, 1, pairs=1, fd_rows=16, kernels=("screen", "g", "check"))
+  assert not jax.config.jax_enable_x64
   for name, r in out.items():
     assert r["library_fusion"] == [True, False], name
   assert out["screen"]["diff"] <= 1e-5  # float32 sums of ≤ 64 terms, then float64

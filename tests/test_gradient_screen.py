@@ -665,6 +665,9 @@ def test_screen_chunk_is_the_element_budget_in_rows():
   assert gradient_screen.screen_chunk(K, w, elems=K * w * 5) == 5  # exactly five rows
   assert gradient_screen.screen_chunk(K, w, elems=K * w * 5 - 1) == 4  # rounds down
   assert gradient_screen.screen_chunk(K, w, elems=1) == 1  # at least one row
+  cap = gradient_screen.SCREEN_MAX_ROWS
+  assert gradient_screen.screen_chunk(1, 1024) == cap  # few temperatures: the row cap
+  assert gradient_screen.screen_chunk(1, 1024, elems=1024 * (cap - 1)) == cap - 1  # just under
 
 
 def test_screen_decisions_do_not_depend_on_the_chunk():

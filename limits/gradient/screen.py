@@ -45,6 +45,9 @@ BLOCK_ELEMS = 1 << 18  # elements of one Newton chunk of (pair, key) (``_Pairs``
 # block and the whole matrix run every row in the same chunk shape (a chunk's shape can move a
 # float32 sum by a rounding: tests/test_gradient_screen.py).
 SCREEN_ELEMS = 1 << 21
+# ... and at most this many rows (the old chunk at K = 1, w = 1,024): with few temperatures a
+# 2^21-element chunk would be thousands of rows and pad a group of a few hundred to it.
+SCREEN_MAX_ROWS = 256
 KEEP_BYTES = 1 << 28  # rows pass 1 keeps for Newton (float32 + mask), else a second pass
 _T_MIN, _T_MAX = 2.0 ** -100, 2.0 ** 100  # temperatures the float32 screen accepts
 
@@ -139,9 +142,10 @@ def visible_abs_max(l, m):
 
 def screen_chunk(K: int, w: int, elems: int = SCREEN_ELEMS) -> int:
   """Rows per chunk of the bracket pass's kernel for span w at K temperatures: ≈ ``elems``
-  (row, T, key) elements, at least 1 row; a group is padded to a multiple of it. A function of
-  (K, w) only, so every block of a run uses the chunk shapes of the whole matrix."""
-  return max(1, int(elems) // (K * w))
+  (row, T, key) elements, at least 1 row and at most :data:`SCREEN_MAX_ROWS`; a group is padded
+  to a multiple of it. A function of (K, w) only, so every block of a run uses the chunk shapes
+  of the whole matrix."""
+  return max(1, min(SCREEN_MAX_ROWS, int(elems) // (K * w)))
 
 
 @functools.lru_cache(maxsize=None)

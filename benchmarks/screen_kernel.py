@@ -238,7 +238,8 @@ def _against(rows, mask, grps, temps, elems: int) -> None:
   print(f"chunks of {gradient_screen.SCREEN_ELEMS} elements (the step's) against {elems}: "
         f"{res['ours_median_s'] * 1e3:.1f} against {res['ref_median_s'] * 1e3:.1f} ms median "
         f"per block, {res['ratio_median']:.2f}x ({res['ratio_min']:.2f}-{res['ratio_max']:.2f}) "
-        f"over {FLAGS.repeats} alternated pairs; outputs {'equal bit for bit' if same else 'DIFFER'}")
+        f"over {FLAGS.repeats} alternated pairs; outputs "
+        f"{'equal bit for bit' if same else 'DIFFER'}")
 
 
 if __name__ == "__main__":

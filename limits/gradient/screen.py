@@ -21,8 +21,9 @@ float32 margin δ that makes their decisions those of the all-Newton path).
 **Shapes.** Rows are grouped by visible span (last visible key + 1, rounded up to a multiple of
 ``sensitivity.SPAN_STEP`` = 256: a causal query at position t costs t + 128 keys on average);
 each group is one jitted call that walks the rows in chunks of ≈ 2²¹ (row, T, key) elements
-(:data:`SCREEN_ELEMS`) with ``lax.map``; Newton's chunks are ≈ 2¹⁸
-(row, key) elements (:data:`BLOCK_ELEMS`). Nothing per row leaves the device: the result is a dict of (K,) per-temperature counts and maxima.
+(:data:`SCREEN_ELEMS`, at most :data:`SCREEN_MAX_ROWS` rows) with ``lax.map``; Newton's
+chunks are ≈ 2¹⁸ (row, key) elements (:data:`BLOCK_ELEMS`). Nothing per row leaves the
+device: the result is a dict of (K,) per-temperature counts and maxima.
 """
 
 from __future__ import annotations
@@ -364,8 +365,9 @@ class Screen:
   ``dtype`` is the run's dtype (Newton, Lemma 2 and the thresholds); ``rtol`` the relative
   tolerance of every comparison. Blocks give the same numbers as one (R, L) array: every
   per-row value is computed by the same jitted code on the same (chunk, w) slices, the
-  maxima and counts do not depend on the order, and Newton's chunks are the same pairs. ``screen_elems``: the bracket pass's chunk size
-  (:func:`screen_chunk`); ``block_elems``: Newton's.
+  maxima and counts do not depend on the order, and Newton's chunks are the same pairs.
+  ``screen_elems``: the bracket pass's chunk size (:func:`screen_chunk`); ``block_elems``:
+  Newton's.
   After :meth:`stats`, ``big`` is the largest |visible logit| its pass read (NaN entries
   left out; 0 when nothing is visible), for the task's ``check_temperature_range``.
   """

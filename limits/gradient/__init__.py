@@ -6,7 +6,8 @@
 - :mod:`limits.gradient.blocks`: the run's logit rows one block of rows at a time (a model's
   rows per (window, layer), re-read per pass: memory does not grow with the rows);
 - :mod:`limits.gradient.screen`: the one-pass bracket of the exact softmax Jacobian norm that
-  decides Corollary 3 for most (row, T) pairs, Newton only on the rest;
+  decides Corollary 3 for most (row, T) pairs, Newton only on the rest
+  (:mod:`limits.gradient.newton_pairs`);
 - :mod:`limits.gradient.sensitivity`: the exact norm (Newton on the secular equation) and the
   paper's g(T, eps);
 - :mod:`limits.gradient.report`: the run's table and figure.

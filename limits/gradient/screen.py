@@ -41,9 +41,10 @@ from limits.gradient.bracket import (ABS_SLACK, SECULAR_ETA, bracket,  # noqa: F
 BLOCK_ELEMS = 1 << 18  # elements of one Newton chunk of (pair, key) (newton_pairs.Pairs)
 # Elements of one (rows, T, keys) chunk of the bracket pass's kernel (``_screen_group_fn``): its
 # exps are written out for the library's two sums, so a chunk of 2^18 (1 MB, L2-sized) paid
-# the per-call cost of a dozen small fusions per 9 rows at w = 1,024; 2^21 (8 MB) is 1.16-1.22x
-# faster on SmolLM2's layer 15 with the same bits there (2^22 1.20x, 2^23 0.64x; WORKSPACE,
-# thirtieth section). Not capped at a group's rows: the chunk depends on (K, w) only, so a
+# the per-call cost of a dozen small fusions per 9 rows at w = 1,024; 2^21 (8 MB) is 1.17-1.27x
+# faster on SmolLM2's layers 0, 15, 29 with the same bits there (``python -m
+# benchmarks.screen_kernel --model=smollm2 --layer=15 --against_elems=262144``; against 2^22 or
+# 2^23 the same flag; WORKSPACE, thirtieth section). Not capped at a group's rows: the chunk depends on (K, w) only, so a
 # block and the whole matrix run every row in the same chunk shape (a chunk's shape can move a
 # float32 sum by a rounding: tests/test_gradient_screen.py).
 SCREEN_ELEMS = 1 << 21

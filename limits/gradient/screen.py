@@ -44,9 +44,9 @@ BLOCK_ELEMS = 1 << 18  # elements of one Newton chunk of (pair, key) (newton_pai
 # the per-call cost of a dozen small fusions per 9 rows at w = 1,024; 2^21 (8 MB) is 1.17-1.27x
 # faster on SmolLM2's layers 0, 15, 29 with the same bits there (``python -m
 # benchmarks.screen_kernel --model=smollm2 --layer=15 --against_elems=262144``; against 2^22 or
-# 2^23 the same flag; WORKSPACE, thirtieth section). Not capped at a group's rows: the chunk depends on (K, w) only, so a
-# block and the whole matrix run every row in the same chunk shape (a chunk's shape can move a
-# float32 sum by a rounding: tests/test_gradient_screen.py).
+# 2^23 the same flag; WORKSPACE, thirtieth section). Not capped at a group's rows: the chunk
+# depends on (K, w) only, so a block and the whole matrix run every row in the same chunk shape
+# (a chunk's shape can move a float32 sum by a rounding: tests/test_gradient_screen.py).
 SCREEN_ELEMS = 1 << 21
 # ... and at most this many rows (the old chunk at K = 1, w = 1,024): with few temperatures a
 # 2^21-element chunk would be thousands of rows and pad a group of a few hundred to it.
